@@ -1,0 +1,130 @@
+/**
+ * Configuration, read once from the environment into one frozen object.
+ * A bad value stops the start with the variable's name: a silent default
+ * would hide a typo until the first incident.
+ */
+
+/** Listen address; loopback unless the operator opens it up. */
+export const DEFAULT_HOST = '127.0.0.1'
+export const DEFAULT_PORT = 3000
+/** 30 s: long enough for a payment provider's slowest honest answer, short enough that a dead worker's key frees up before a client gives up. */
+export const DEFAULT_TTL_SECONDS = 30
+/** One day: clients retry within minutes; a day covers overnight batch re-runs. */
+export const DEFAULT_RETENTION_SECONDS = 86_400
+/** 64 KiB: a payment is under 1 KiB; anything far larger is abuse. */
+export const DEFAULT_MAX_BODY_BYTES = 65_536
+export const MIN_MAX_BODY_BYTES = 1024
+
+export interface Config {
+  /** A real server's URL, or undefined for the embedded PostgreSQL. */
+  readonly databaseUrl: string | undefined
+  readonly host: string
+  readonly port: number
+  /** API key → tenant. */
+  readonly apiKeys: ReadonlyMap<string, string>
+  /** True when API_KEYS was unset and the dev-only demo tenant is in use. */
+  readonly demoKeys: boolean
+  readonly adminToken: string
+  /** True when ADMIN_TOKEN was unset and a random one was made for this run. */
+  readonly adminTokenGenerated: boolean
+  /** Age after which a processing key whose owner is gone may be reclaimed. */
+  readonly ttlSeconds: number
+  /** How long a completed key is replayed. */
+  readonly retentionSeconds: number
+  /** Simulated latency of the payment provider call. */
+  readonly providerDelayMs: number
+  /** Share (0..1) of provider calls that fail. */
+  readonly providerFailureRate: number
+  /** Server processes sharing the port. */
+  readonly workers: number
+  /** Larger request bodies get 413. */
+  readonly maxBodyBytes: number
+  readonly production: boolean
+}
+
+export class ConfigError extends Error {
+  constructor(readonly variable: string, message: string) {
+    super(`${variable}: ${message}`)
+    this.name = 'ConfigError'
+  }
+}
+
+type Env = Record<string, string | undefined>
+
+function integer(env: Env, name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return fallback
+  if (!/^-?\d+$/.test(raw.trim())) throw new ConfigError(name, `must be a whole number, got ${JSON.stringify(raw)}`)
+  const value = Number(raw.trim())
+  if (!Number.isSafeInteger(value) || value < min || value > max)
+    throw new ConfigError(name, `must be between ${min} and ${max}, got ${raw}`)
+  return value
+}
+
+function fraction(env: Env, name: string): number {
+  const raw = env[name]
+  if (raw === undefined || raw === '') return 0
+  if (!/^\s*(\d+(\.\d*)?|\.\d+)\s*$/.test(raw)) throw new ConfigError(name, `must be a number from 0 to 1, got ${JSON.stringify(raw)}`)
+  const value = Number(raw)
+  if (value < 0 || value > 1) throw new ConfigError(name, `must be from 0 to 1, got ${raw}`)
+  return value
+}
+
+function apiKeys(env: Env, production: boolean): { keys: Map<string, string>; demo: boolean } {
+  const raw = env.API_KEYS
+  if (raw === undefined || raw.trim() === '') {
+    if (production) throw new ConfigError('API_KEYS', 'must be set when NODE_ENV=production (the demo key is dev-only)')
+    return { keys: new Map([['demo-key', 'demo']]), demo: true }
+  }
+  const keys = new Map<string, string>()
+  for (const entry of raw.split(',')) {
+    const match = /^([A-Za-z0-9_.-]{1,64}):([!-~]{1,256})$/.exec(entry.trim())
+    if (!match) throw new ConfigError('API_KEYS', `every entry must be tenant:key (tenant of letters, digits, _ . -), got ${JSON.stringify(entry.trim())}`)
+    const [, tenant, key] = match as unknown as [string, string, string]
+    if (keys.has(key)) throw new ConfigError('API_KEYS', `the same key is given twice`)
+    keys.set(key, tenant)
+  }
+  return { keys, demo: false }
+}
+
+function randomToken(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(24))
+  return Buffer.from(bytes).toString('base64url')
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const production = env.NODE_ENV === 'production'
+  const ttlSeconds = integer(env, 'IDEMPOTENCY_TTL_SECONDS', DEFAULT_TTL_SECONDS, 1)
+  const retentionSeconds = integer(env, 'IDEMPOTENCY_RETENTION_SECONDS', DEFAULT_RETENTION_SECONDS, 1)
+  if (retentionSeconds < ttlSeconds)
+    throw new ConfigError('IDEMPOTENCY_RETENTION_SECONDS', `must be at least IDEMPOTENCY_TTL_SECONDS (${ttlSeconds}), got ${retentionSeconds}`)
+  const { keys, demo } = apiKeys(env, production)
+  const adminToken = env.ADMIN_TOKEN
+  if (adminToken !== undefined && adminToken !== '' && adminToken.length < 8)
+    throw new ConfigError('ADMIN_TOKEN', 'must be at least 8 characters')
+  const databaseUrl = env.DATABASE_URL?.trim() || undefined
+  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl))
+    throw new ConfigError('DATABASE_URL', 'must be a postgres:// or postgresql:// URL')
+  return Object.freeze({
+    databaseUrl,
+    host: env.HOST?.trim() || DEFAULT_HOST,
+    port: integer(env, 'PORT', DEFAULT_PORT, 0, 65535) || badPort(env),
+    apiKeys: keys,
+    demoKeys: demo,
+    adminToken: adminToken || randomToken(),
+    adminTokenGenerated: !adminToken,
+    ttlSeconds,
+    retentionSeconds,
+    providerDelayMs: integer(env, 'PAYMENT_PROVIDER_DELAY_MS', 0, 0),
+    providerFailureRate: fraction(env, 'PAYMENT_PROVIDER_FAILURE_RATE'),
+    workers: integer(env, 'WORKERS', 1, 1, 256),
+    maxBodyBytes: integer(env, 'MAX_BODY_BYTES', DEFAULT_MAX_BODY_BYTES, MIN_MAX_BODY_BYTES),
+    production,
+  })
+}
+
+/** PORT=0 (any free port) is allowed only for tests, through the explicit TEST_ALLOW_PORT_0 switch. */
+function badPort(env: Env): number {
+  if (env.TEST_ALLOW_PORT_0 === '1') return 0
+  throw new ConfigError('PORT', 'must be between 1 and 65535, got 0')
+}

@@ -1,0 +1,53 @@
+/** SQLSTATEs the engine reacts to, by name. */
+export const SQLSTATE = Object.freeze({
+  UNIQUE_VIOLATION: '23505',
+  CHECK_VIOLATION: '23514',
+  LOCK_NOT_AVAILABLE: '55P03',
+  QUERY_CANCELED: '57014',
+  SERIALIZATION_FAILURE: '40001',
+  DEADLOCK_DETECTED: '40P01',
+  ADMIN_SHUTDOWN: '57P01',
+  CANNOT_CONNECT_NOW: '57P03',
+  UNTRANSLATABLE_CHARACTER: '22P05',
+  INVALID_TEXT_REPRESENTATION: '22P02',
+} as const)
+
+/** Errors with a stable code and the HTTP status they map to. */
+export class IdempotencyError extends Error {
+  constructor(readonly code: string, readonly status: number, message: string, options?: ErrorOptions) {
+    super(message, options)
+    this.name = 'IdempotencyError'
+  }
+}
+
+/** The worker's lease was taken over (reclaimed or force-expired) before it could commit. */
+export class LeaseLostError extends IdempotencyError {
+  constructor() {
+    super('LEASE_LOST', 409, 'the claim on this idempotency key was taken over before this request could commit')
+  }
+}
+
+/** The database could not be reached or answered too slowly. */
+export class DatabaseUnavailableError extends IdempotencyError {
+  constructor(cause?: unknown) {
+    super('DATABASE_UNAVAILABLE', 503, 'the database is unavailable', { cause })
+  }
+}
+
+export function sqlState(error: unknown): string | undefined {
+  return typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string'
+    ? error.code
+    : undefined
+}
+
+/** Codes postgres.js gives to connection-level failures, and SQLSTATEs of a server going away. */
+const UNAVAILABLE = new Set([
+  'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
+  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH',
+  SQLSTATE.ADMIN_SHUTDOWN, SQLSTATE.CANNOT_CONNECT_NOW, '57P02', '08000', '08003', '08006', '08001', '08004',
+])
+
+export function isUnavailable(error: unknown): boolean {
+  const code = sqlState(error)
+  return (code !== undefined && UNAVAILABLE.has(code)) || error instanceof DatabaseUnavailableError
+}

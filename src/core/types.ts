@@ -1,0 +1,50 @@
+import type postgres from 'postgres'
+
+/** A postgres.js handle: the pool, a reserved connection or a transaction. */
+export type Sql = postgres.Sql<Record<string, never>> | postgres.TransactionSql<Record<string, never>>
+
+/** What identifies one logical request: the key within its tenant, and what was asked. */
+export interface RequestIdentity {
+  readonly tenant: string
+  readonly key: string
+  readonly method: string
+  readonly path: string
+  /** sha256 hex of method, path and canonical body (see fingerprint.ts). */
+  readonly fingerprint: string
+}
+
+/** The answer stored with a completed key and replayed byte for byte. */
+export interface StoredResponse {
+  readonly status: number
+  readonly headers: Readonly<Record<string, string>>
+  readonly body: string
+}
+
+/** Proof of ownership of a key: only the holder of the current lease may complete it. */
+export interface Lease {
+  readonly tenant: string
+  readonly key: string
+  /** Drawn from a sequence: unique for all time, never reused after a delete. */
+  readonly lease: string
+  readonly attempts: number
+}
+
+/** Time-based operations take an optional `now`, so tests can move the clock instead of sleeping. */
+export interface Clock {
+  readonly now?: Date | undefined
+}
+
+export interface Timing extends Clock {
+  readonly ttlSeconds: number
+  readonly retentionSeconds: number
+}
+
+/** The outcome of trying to claim a key: the HTTP layer maps each kind to one status. */
+export type ClaimResult =
+  | { readonly kind: 'created'; readonly lease: Lease }
+  | { readonly kind: 'reclaimed'; readonly lease: Lease }
+  | { readonly kind: 'replay'; readonly response: StoredResponse }
+  | { readonly kind: 'in_progress'; readonly retryAfterSeconds: number }
+  | { readonly kind: 'mismatch'; readonly status: 'processing' | 'done' }
+
+export type KeyStatus = 'processing' | 'done'

@@ -1,0 +1,60 @@
+import { problems, type Problem } from './problem'
+
+/**
+ * JSON nesting deeper than this is refused before anything walks it: no
+ * honest request body nests 32 levels, and walking a 100k-level one would
+ * overflow the stack.
+ */
+export const MAX_JSON_DEPTH = 32
+
+export type BodyResult = { ok: true; value: unknown } | { ok: false; problem: Problem }
+
+const utf8 = new TextDecoder('utf-8', { fatal: true })
+
+/**
+ * Reads a JSON request body within `maxBytes`: 415 for another content type,
+ * 413 over the limit, 400 for anything that is not clean JSON (invalid UTF-8,
+ * too deep, or a NUL character, which PostgreSQL cannot store in text).
+ */
+export async function readJsonBody(request: Request, maxBytes: number): Promise<BodyResult> {
+  const contentType = request.headers.get('content-type') ?? ''
+  if (!/^application\/json\s*(;|$)/i.test(contentType.trim())) return { ok: false, problem: problems.unsupportedMediaType() }
+  const declared = Number(request.headers.get('content-length') ?? NaN)
+  if (declared > maxBytes) return { ok: false, problem: problems.tooLarge(maxBytes) }
+  const bytes = await request.arrayBuffer()
+  if (bytes.byteLength > maxBytes) return { ok: false, problem: problems.tooLarge(maxBytes) }
+  let text: string
+  try {
+    text = utf8.decode(bytes)
+  } catch {
+    return { ok: false, problem: problems.badRequest('invalid-json', 'The body is not valid UTF-8.') }
+  }
+  let value: unknown
+  try {
+    value = JSON.parse(text)
+  } catch {
+    return { ok: false, problem: problems.badRequest('invalid-json', 'The body is not valid JSON.') }
+  }
+  const flaw = inspect(value, 0)
+  return flaw ? { ok: false, problem: problems.badRequest('invalid-json', flaw) } : { ok: true, value }
+}
+
+/** Finds what makes a parsed JSON value unstorable, walking at most MAX_JSON_DEPTH levels. */
+function inspect(value: unknown, depth: number): string | undefined {
+  if (depth > MAX_JSON_DEPTH) return `The body nests deeper than ${MAX_JSON_DEPTH} levels.`
+  if (typeof value === 'string') return value.includes('\u0000') ? 'Strings must not contain the NUL character.' : undefined
+  if (value === null || typeof value !== 'object') return undefined
+  if (Array.isArray(value)) {
+    for (const item of value) {
+      const flaw = inspect(item, depth + 1)
+      if (flaw) return flaw
+    }
+    return undefined
+  }
+  for (const [key, item] of Object.entries(value)) {
+    if (key.includes('\u0000')) return 'Strings must not contain the NUL character.'
+    const flaw = inspect(item, depth + 1)
+    if (flaw) return flaw
+  }
+  return undefined
+}

@@ -1,0 +1,25 @@
+/** Keyset cursor for the payments list: the (created_at, id) of the last row shown. */
+
+export interface Cursor {
+  readonly createdAt: string
+  readonly id: string
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+/** PostgreSQL's text form of a timestamptz, microseconds included (a JS Date would drop them). */
+const TIMESTAMP = /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,6})?[+-]\d\d(:\d\d)?$/
+
+export function encodeCursor(cursor: Cursor): string {
+  return Buffer.from(`${cursor.createdAt}|${cursor.id}`).toString('base64url')
+}
+
+export function decodeCursor(raw: string): Cursor | undefined {
+  if (!/^[A-Za-z0-9_-]{1,200}$/.test(raw)) return undefined
+  const [createdAt, id, ...rest] = Buffer.from(raw, 'base64url').toString('utf8').split('|')
+  if (rest.length > 0 || !createdAt || !id || !UUID.test(id) || !TIMESTAMP.test(createdAt)) return undefined
+  return { createdAt, id }
+}
+
+export function isUuid(value: string): boolean {
+  return UUID.test(value)
+}

@@ -1,0 +1,102 @@
+import { Elysia } from 'elysia'
+import type { Pools } from '../store/db'
+import { idempotentPost, type IdempotencyOptions } from '../http/idempotency'
+import { problemResponse, problems } from '../http/problem'
+import { decodeCursor, encodeCursor, isUuid } from './cursor'
+import type { Charge } from './provider'
+import { validateNewPayment } from './schema'
+
+export const PAYMENTS_ROUTE = '/api/payments'
+/** Page size of the list: 20 by default, 100 at most (SPEC). */
+const DEFAULT_LIMIT = 20
+const MAX_LIMIT = 100
+
+interface PaymentRow {
+  id: string
+  amount: string
+  currency: string
+  customer: string
+  description: string | null
+  status: string
+  provider_ref: string
+  created_at: Date
+  cursor_at: string
+}
+
+function toJson(row: PaymentRow) {
+  return {
+    id: row.id,
+    amount: Number(row.amount), // at most 10^12: exact as a JSON number
+    currency: row.currency,
+    customer: row.customer,
+    description: row.description,
+    status: row.status,
+    provider_reference: row.provider_ref,
+    created_at: row.created_at.toISOString(),
+  }
+}
+
+const COLUMNS = 'id, amount, currency, customer, description, status, provider_ref, created_at, created_at::text as cursor_at'
+
+export interface PaymentsOptions extends IdempotencyOptions {
+  readonly pools: Pools
+  readonly charge: Charge
+}
+
+/** The reference payments API: idempotent POST, GET by id, list by customer. */
+export function paymentsRoutes(options: PaymentsOptions) {
+  const { pools, charge, tenant: tenantOf } = options
+  const columns = pools.short.unsafe(COLUMNS)
+
+  const create = idempotentPost(options, {
+    path: PAYMENTS_ROUTE,
+    validate: validateNewPayment,
+    async handler({ body, tx, tenant, key }) {
+      const { reference } = await charge()
+      const [row] = await tx<PaymentRow[]>`
+        insert into payments (tenant, amount, currency, customer, description, status, provider_ref, idempotency_key)
+        values (${tenant}, ${body.amount}, ${body.currency}, ${body.customer}, ${body.description ?? null}, 'succeeded', ${reference}, ${key})
+        returning ${tx.unsafe(COLUMNS)}`
+      const payment = toJson(row!)
+      return { status: 201, headers: { location: `${PAYMENTS_ROUTE}/${payment.id}` }, body: payment }
+    },
+  })
+
+  return new Elysia({ name: 'payments' })
+    .use(create)
+    .get(`${PAYMENTS_ROUTE}/:id`, async ({ request, params }) => {
+      const tenant = tenantOf(request)
+      if (tenant === undefined) return problemResponse(problems.unauthorized(), { 'www-authenticate': 'Bearer' })
+      // Another tenant's payment is answered exactly like a missing one: no existence leaks.
+      if (!isUuid(params.id)) return problemResponse(problems.notFound('No such payment.'))
+      const [row] = await pools.short<PaymentRow[]>`select ${columns} from payments where id = ${params.id} and tenant = ${tenant}`
+      return row ? Response.json(toJson(row)) : problemResponse(problems.notFound('No such payment.'))
+    })
+    .get(PAYMENTS_ROUTE, async ({ request }) => {
+      const tenant = tenantOf(request)
+      if (tenant === undefined) return problemResponse(problems.unauthorized(), { 'www-authenticate': 'Bearer' })
+      const query = new URL(request.url).searchParams
+      const customer = query.get('customer')
+      if (!customer || customer.length > 64 || customer.includes('\u0000'))
+        return problemResponse(problems.badRequest('invalid-query', 'Give ?customer= (1 to 64 characters).'))
+      const rawLimit = query.get('limit')
+      const limit = rawLimit === null ? DEFAULT_LIMIT : /^\d{1,3}$/.test(rawLimit) ? Number(rawLimit) : NaN
+      if (!(limit >= 1 && limit <= MAX_LIMIT))
+        return problemResponse(problems.badRequest('invalid-query', `limit must be a whole number from 1 to ${MAX_LIMIT}.`))
+      const rawCursor = query.get('cursor')
+      const cursor = rawCursor ? decodeCursor(rawCursor) : undefined
+      if (rawCursor && !cursor) return problemResponse(problems.badRequest('invalid-query', 'cursor is not one this API gave out.'))
+      const rows = await pools.short<PaymentRow[]>`
+        select ${columns} from payments
+         where tenant = ${tenant} and customer = ${customer}
+           ${cursor ? pools.short`and (created_at, id) < (${cursor.createdAt}::timestamptz, ${cursor.id}::uuid)` : pools.short``}
+         order by created_at desc, id desc
+         limit ${limit + 1}`
+      const page = rows.slice(0, limit)
+      const last = page.at(-1)
+      return Response.json({
+        data: page.map(toJson),
+        next_cursor: rows.length > limit && last ? encodeCursor({ createdAt: last.cursor_at, id: last.id }) : null,
+      })
+    })
+}
