@@ -1,0 +1,273 @@
+/**
+ * Every row of SPEC.md's HTTP table, over real HTTP against a real server
+ * process and a real PostgreSQL.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { createTestDatabase, type TestDatabase } from '../support/db'
+import { json, payment, postPayment } from '../support/http'
+import { startServer, type ServerProcess } from '../support/server'
+
+let db: TestDatabase
+let server: ServerProcess
+let slow: ServerProcess
+let failing: ServerProcess
+const SLOW_MS = 1500
+
+beforeAll(async () => {
+  db = await createTestDatabase('contract')
+  ;[server, slow, failing] = await Promise.all([
+    startServer(db.url, { MAX_BODY_BYTES: '2048' }),
+    startServer(db.url, { PAYMENT_PROVIDER_DELAY_MS: String(SLOW_MS) }),
+    startServer(db.url, { PAYMENT_PROVIDER_FAILURE_RATE: '1' }),
+  ])
+})
+afterAll(async () => {
+  await Promise.all([server?.stop(), slow?.stop(), failing?.stop()])
+  await db?.drop()
+})
+
+async function counts(key?: string) {
+  const [row] = await db.sql<{ keys: number; payments: number }[]>`
+    select (select count(*)::int from idempotency_keys where ${key ?? null}::text is null or key = ${key ?? null}) as keys,
+           (select count(*)::int from payments where ${key ?? null}::text is null or idempotency_key = ${key ?? null}) as payments`
+  return row!
+}
+
+async function expectProblem(response: Response, status: number) {
+  expect(response.status).toBe(status)
+  expect(response.headers.get('content-type')).toStartWith('application/problem+json')
+  const body = await json(response)
+  expect(body.status).toBe(status)
+  expect(typeof body.title).toBe('string')
+  expect(typeof body.type).toBe('string')
+  return body
+}
+
+describe('POST /api/payments', () => {
+  test('first request: 201 with Location and the payment', async () => {
+    const response = await postPayment(server.url, payment({ amount: 4200, description: 'Order #1' }))
+    expect(response.status).toBe(201)
+    const body = await json(response)
+    expect(body).toMatchObject({ amount: 4200, currency: 'EUR', customer: 'cus_1', description: 'Order #1', status: 'succeeded' })
+    expect(response.headers.get('location')).toBe(`/api/payments/${body.id}`)
+    expect(response.headers.get('idempotent-replayed')).toBeNull()
+  })
+
+  test('same key, same request after it finished: the first answer byte for byte, marked replayed', async () => {
+    const key = `replay-${crypto.randomUUID()}`
+    const first = await postPayment(server.url, payment(), { key })
+    const firstBody = await first.text()
+    // Key order and white space differ: still the same request.
+    const again = await postPayment(server.url, '{ "customer" : "cus_1",\n "currency":"EUR", "amount": 1250 }', { key })
+    expect(again.status).toBe(first.status)
+    expect(await again.text()).toBe(firstBody)
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+    expect(again.headers.get('location')).toBe(first.headers.get('location'))
+    expect(await counts(key)).toEqual({ keys: 1, payments: 1 })
+  })
+
+  test('same key while the first is processing: 409 at once with Retry-After', async () => {
+    const key = `busy-${crypto.randomUUID()}`
+    const first = postPayment(slow.url, payment(), { key })
+    await Bun.sleep(200) // the first has claimed the key and waits on the provider
+    const retry = await postPayment(server.url, payment(), { key })
+    const problem = await expectProblem(retry, 409)
+    expect(problem.code).toBe('in-progress')
+    const retryAfter = Number(retry.headers.get('retry-after'))
+    expect(Number.isInteger(retryAfter)).toBe(true)
+    expect(retryAfter).toBeGreaterThanOrEqual(1)
+    expect(retryAfter).toBeLessThanOrEqual(30)
+    // Answered while the first still runs: it did not wait on the worker's lock.
+    const firstResponse = await Promise.race([first, Bun.sleep(0).then(() => 'still running')])
+    expect(firstResponse).toBe('still running')
+    expect((await first).status).toBe(201)
+    expect(await counts(key)).toEqual({ keys: 1, payments: 1 })
+  })
+
+  test('same key, different request: 422 whether the first is finished or still processing', async () => {
+    const key = `mismatch-${crypto.randomUUID()}`
+    expect((await postPayment(server.url, payment({ amount: 100 }), { key })).status).toBe(201)
+    await expectProblem(await postPayment(server.url, payment({ amount: 101 }), { key }), 422)
+    await expectProblem(await postPayment(server.url, payment({ amount: 100, description: 'x' }), { key }), 422)
+
+    const busy = `mismatch-busy-${crypto.randomUUID()}`
+    const first = postPayment(slow.url, payment({ amount: 100 }), { key: busy })
+    await Bun.sleep(200)
+    await expectProblem(await postPayment(server.url, payment({ amount: 999 }), { key: busy }), 422)
+    expect((await first).status).toBe(201)
+    expect(await counts(busy)).toEqual({ keys: 1, payments: 1 })
+  })
+
+  test('another path under the same key is a different request', async () => {
+    const key = `path-${crypto.randomUUID()}`
+    expect((await postPayment(server.url, payment(), { key })).status).toBe(201)
+    const other = await fetch(`${server.url}/api/payments?x=1`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer acme-key', 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify(payment()),
+    })
+    // The query string is not part of the path: this is the same request.
+    expect(other.headers.get('idempotent-replayed')).toBe('true')
+  })
+
+  const badKeys: [string, string | null][] = [
+    ['missing', null],
+    ['256 characters', 'k'.repeat(256)],
+    ['a space', 'has space'],
+    ['a tab', 'tab\there'],
+    ['non-ASCII', 'ключ'],
+  ]
+  for (const [name, key] of badKeys) {
+    test(`Idempotency-Key ${name}: 400, nothing stored`, async () => {
+      const before = await counts()
+      const headers: Record<string, string> = { authorization: 'Bearer acme-key', 'content-type': 'application/json' }
+      if (key !== null) headers['idempotency-key'] = key
+      const response = await fetch(`${server.url}/api/payments`, { method: 'POST', headers, body: JSON.stringify(payment()) }).catch(() => undefined)
+      // fetch itself refuses to send some header values; the server must never see them then.
+      if (response) await expectProblem(response, 400)
+      expect(await counts()).toEqual(before)
+    })
+  }
+
+  test('Idempotency-Key of exactly 255 printable characters is accepted', async () => {
+    const key = '!~'.repeat(127) + 'x'
+    expect((await postPayment(server.url, payment(), { key })).status).toBe(201)
+  })
+
+  const badBodies: [string, string][] = [
+    ['not JSON', 'amount=1'],
+    ['empty', ''],
+    ['an array', '[1,2]'],
+    ['amount 0', JSON.stringify(payment({ amount: 0 }))],
+    ['amount over 10^12', JSON.stringify(payment({ amount: 1e12 + 1 }))],
+    ['a fractional amount', JSON.stringify(payment({ amount: 10.5 }))],
+    ['amount as a string', JSON.stringify({ ...payment(), amount: '10' })],
+    ['lower-case currency', JSON.stringify(payment({ currency: 'eur' }))],
+    ['a four-letter currency', JSON.stringify(payment({ currency: 'EURO' }))],
+    ['an empty customer', JSON.stringify(payment({ customer: '' }))],
+    ['a 65-character customer', JSON.stringify(payment({ customer: 'c'.repeat(65) }))],
+    ['a 501-character description', JSON.stringify(payment({ description: 'd'.repeat(501) }))],
+    ['an unknown field', JSON.stringify({ ...payment(), tip: 5 })],
+    ['a missing field', JSON.stringify({ amount: 1, currency: 'EUR' })],
+    ['a NUL character', JSON.stringify(payment({ customer: 'a\u0000b' }))],
+    ['a NUL character in a key', '{"amount":1,"currency":"EUR","customer":"c","\\u0000":1}'],
+  ]
+  for (const [name, body] of badBodies) {
+    test(`body with ${name}: 400 problem+json, nothing stored`, async () => {
+      const key = `bad-${crypto.randomUUID()}`
+      await expectProblem(await postPayment(server.url, body, { key }), 400)
+      expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
+    })
+  }
+
+  test('a 500-character description and a 64-character customer are accepted', async () => {
+    const response = await postPayment(server.url, payment({ description: 'd'.repeat(500), customer: 'c'.repeat(64), amount: 1e12 }))
+    expect(response.status).toBe(201)
+  })
+
+  test('Content-Type other than application/json: 415, nothing stored', async () => {
+    const key = `ct-${crypto.randomUUID()}`
+    await expectProblem(await postPayment(server.url, JSON.stringify(payment()), { key, contentType: 'text/plain' }), 415)
+    await expectProblem(await postPayment(server.url, JSON.stringify(payment()), { key, contentType: 'application/x-www-form-urlencoded' }), 415)
+    expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
+    expect((await postPayment(server.url, payment(), { key, contentType: 'application/json; charset=utf-8' })).status).toBe(201)
+  })
+
+  test('no or wrong bearer token: 401', async () => {
+    const key = `auth-${crypto.randomUUID()}`
+    await expectProblem(await postPayment(server.url, payment(), { key, apiKey: null }), 401)
+    await expectProblem(await postPayment(server.url, payment(), { key, apiKey: 'wrong' }), 401)
+    await expectProblem(await postPayment(server.url, payment(), { key, headers: { authorization: 'Basic YWNtZTphY21lLWtleQ==' }, apiKey: null }), 401)
+    expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
+  })
+
+  test('body over the limit: 413, nothing stored', async () => {
+    const key = `big-${crypto.randomUUID()}`
+    await expectProblem(await postPayment(server.url, payment({ description: 'x'.repeat(4000) }), { key }), 413)
+    expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
+  })
+
+  test('provider failure: 502 problem+json, the key released, and a retry succeeds', async () => {
+    const key = `fail-${crypto.randomUUID()}`
+    const failed = await postPayment(failing.url, payment(), { key })
+    const problem = await expectProblem(failed, 502)
+    expect(problem.detail).toContain('released')
+    expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
+    const retry = await postPayment(server.url, payment(), { key })
+    expect(retry.status).toBe(201)
+    expect(retry.headers.get('idempotent-replayed')).toBeNull()
+    expect(await counts(key)).toEqual({ keys: 1, payments: 1 })
+  })
+
+  test('the same key from two tenants is two unrelated requests', async () => {
+    const key = `shared-${crypto.randomUUID()}`
+    const acme = await postPayment(server.url, payment({ amount: 1 }), { key, apiKey: 'acme-key' })
+    const globex = await postPayment(server.url, payment({ amount: 2 }), { key, apiKey: 'globex-key' })
+    expect(acme.status).toBe(201)
+    expect(globex.status).toBe(201)
+    expect(globex.headers.get('idempotent-replayed')).toBeNull()
+    expect((await json(acme)).id).not.toBe((await json(globex)).id)
+  })
+
+  test('a tenant cannot block another tenant\'s key while it is processing', async () => {
+    const key = `block-${crypto.randomUUID()}`
+    const acme = postPayment(slow.url, payment(), { key, apiKey: 'acme-key' })
+    await Bun.sleep(200)
+    const globex = await postPayment(server.url, payment(), { key, apiKey: 'globex-key' })
+    expect(globex.status).toBe(201)
+    expect((await acme).status).toBe(201)
+  })
+})
+
+describe('GET /api/payments', () => {
+  test('by id: 200 for the owner, 404 for another tenant, unknown or malformed ids', async () => {
+    const created = await json(await postPayment(server.url, payment()))
+    const get = (id: string, apiKey = 'acme-key') => fetch(`${server.url}/api/payments/${id}`, { headers: { authorization: `Bearer ${apiKey}` } })
+    const own = await get(created.id)
+    expect(own.status).toBe(200)
+    expect(await json(own)).toEqual(created)
+    await expectProblem(await get(created.id, 'globex-key'), 404)
+    await expectProblem(await get(crypto.randomUUID()), 404)
+    await expectProblem(await get('not-a-uuid'), 404)
+    await expectProblem(await get('%27%20or%201=1--'), 404)
+    await expectProblem(await fetch(`${server.url}/api/payments/${created.id}`), 401)
+  })
+
+  test('by customer: this tenant\'s payments, newest first, paged by cursor', async () => {
+    const customer = `cus_${crypto.randomUUID().slice(0, 8)}`
+    const ids: string[] = []
+    for (let i = 0; i < 5; i++) ids.push((await json(await postPayment(server.url, payment({ customer, amount: i + 1 })))).id)
+    await postPayment(server.url, payment({ customer }), { apiKey: 'globex-key' })
+    const list = (query: string) => fetch(`${server.url}/api/payments?${query}`, { headers: { authorization: 'Bearer acme-key' } })
+
+    const all = await json(await list(`customer=${customer}`))
+    expect(all.data.map((p: { id: string }) => p.id)).toEqual([...ids].reverse())
+    expect(all.next_cursor).toBeNull()
+
+    const seen: string[] = []
+    let cursor: string | null = null
+    do {
+      const page: { data: { id: string }[]; next_cursor: string | null } = await json(await list(`customer=${customer}&limit=2${cursor ? `&cursor=${cursor}` : ''}`))
+      expect(page.data.length).toBeLessThanOrEqual(2)
+      seen.push(...page.data.map((p) => p.id))
+      cursor = page.next_cursor
+    } while (cursor)
+    expect(seen).toEqual([...ids].reverse())
+
+    await expectProblem(await list(`customer=${customer}&limit=101`), 400)
+    await expectProblem(await list(`customer=${customer}&limit=0`), 400)
+    await expectProblem(await list(`customer=${customer}&cursor=garbage!`), 400)
+    await expectProblem(await list(''), 400)
+  })
+})
+
+describe('service endpoints', () => {
+  test('healthz and readyz answer 200', async () => {
+    expect((await fetch(`${server.url}/healthz`)).status).toBe(200)
+    expect((await fetch(`${server.url}/readyz`)).status).toBe(200)
+  })
+
+  test('unknown routes answer 404 problem+json', async () => {
+    await expectProblem(await fetch(`${server.url}/nope`), 404)
+  })
+})

@@ -1,0 +1,106 @@
+/**
+ * The plugin on a route of its own (not payments): any JSON POST route can
+ * opt in, the handler writes through the transaction it is given, and a
+ * deterministic business refusal is stored and replayed like a success.
+ */
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { Elysia } from 'elysia'
+import { idempotentPost, type Validation } from '../../src/http/idempotency'
+import { createTestDatabase, type TestDatabase } from '../support/db'
+
+interface Transfer { from: string; to: string; cents: number }
+
+function validateTransfer(body: unknown): Validation<Transfer> {
+  const b = body as Partial<Transfer>
+  return typeof b === 'object' && b !== null && typeof b.from === 'string' && typeof b.to === 'string' && Number.isInteger(b.cents)
+    ? { ok: true, value: b as Transfer }
+    : { ok: false, errors: ['from, to and cents are required'] }
+}
+
+let db: TestDatabase
+let server: ReturnType<typeof Bun.serve>
+let url: string
+let handlerRuns = 0
+
+beforeAll(async () => {
+  db = await createTestDatabase('plugin')
+  await db.sql`create table transfers (id serial primary key, tenant text, source text, target text, cents int)`
+  await db.sql`create table balances (account text primary key, cents int not null)`
+  await db.sql`insert into balances values ('alice', 100), ('bob', 0)`
+  const app = new Elysia().use(idempotentPost({
+    pools: db.pools,
+    tenant: (request) => request.headers.get('x-tenant') ?? undefined,
+    ttlSeconds: 5,
+  }, {
+    path: '/transfers',
+    validate: validateTransfer,
+    async handler({ body, tx, tenant }) {
+      handlerRuns++
+      const [balance] = await tx<{ cents: number }[]>`select cents from balances where account = ${body.from} for update`
+      if (!balance || balance.cents < body.cents)
+        return { status: 402, body: { type: 'urn:example:insufficient-funds', title: 'Insufficient funds', status: 402 } }
+      await tx`update balances set cents = cents - ${body.cents} where account = ${body.from}`
+      await tx`update balances set cents = cents + ${body.cents} where account = ${body.to}`
+      const [row] = await tx<{ id: number }[]>`insert into transfers (tenant, source, target, cents) values (${tenant}, ${body.from}, ${body.to}, ${body.cents}) returning id`
+      return { status: 201, body: { id: row!.id, ...body } }
+    },
+  }))
+  server = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: (request) => app.handle(request) })
+  url = `http://127.0.0.1:${server.port}`
+})
+afterAll(async () => {
+  server?.stop(true)
+  await db?.drop()
+})
+
+const transfer = (key: string, body: Transfer, tenant = 't1') =>
+  fetch(`${url}/transfers`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-tenant': tenant },
+    body: JSON.stringify(body),
+  })
+
+test('writes through the handler\'s transaction happen once per key', async () => {
+  const key = crypto.randomUUID()
+  const answers = await Promise.all(Array.from({ length: 20 }, () => transfer(key, { from: 'alice', to: 'bob', cents: 30 })))
+  expect(answers.filter((a) => a.status === 201)).toHaveLength(1)
+  expect(answers.every((a) => a.status === 201 || a.status === 409)).toBe(true)
+  const [alice] = await db.sql`select cents from balances where account = 'alice'`
+  expect(alice!.cents).toBe(70)
+})
+
+test('a business refusal (4xx from the handler) is stored and replayed, not run again', async () => {
+  const key = crypto.randomUUID()
+  const runsBefore = handlerRuns
+  const first = await transfer(key, { from: 'bob', to: 'alice', cents: 1_000_000 })
+  expect(first.status).toBe(402)
+  expect(first.headers.get('content-type')).toBe('application/problem+json')
+  const firstBody = await first.text()
+  const again = await transfer(key, { from: 'bob', to: 'alice', cents: 1_000_000 })
+  expect(again.status).toBe(402)
+  expect(again.headers.get('idempotent-replayed')).toBe('true')
+  expect(await again.text()).toBe(firstBody)
+  expect(handlerRuns).toBe(runsBefore + 1)
+})
+
+test('the tenant function scopes keys, and no tenant means 401', async () => {
+  const key = crypto.randomUUID()
+  expect((await transfer(key, { from: 'alice', to: 'bob', cents: 1 }, 't1')).status).toBe(201)
+  const other = await transfer(key, { from: 'alice', to: 'bob', cents: 1 }, 't2')
+  expect(other.status).toBe(201)
+  expect(other.headers.get('idempotent-replayed')).toBeNull()
+  const anonymous = await fetch(`${url}/transfers`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{}' })
+  expect(anonymous.status).toBe(401)
+})
+
+test('the route\'s own validation refuses with 400 and stores nothing', async () => {
+  const key = crypto.randomUUID()
+  const response = await fetch(`${url}/transfers`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-tenant': 't1' },
+    body: JSON.stringify({ from: 'alice' }),
+  })
+  expect(response.status).toBe(400)
+  const [row] = await db.sql`select count(*)::int as n from idempotency_keys where key = ${key}`
+  expect(row!.n).toBe(0)
+})

@@ -1,0 +1,108 @@
+/**
+ * Invariants 1 and 6 under a storm: many concurrent retries of one key over
+ * real HTTP. The naive baseline gets the same storm and must break, which
+ * proves the storm reaches the race window.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { createTestDatabase, type TestDatabase } from '../support/db'
+import { payment, postPayment } from '../support/http'
+import { startNaiveServer } from '../support/naive'
+import { startServer, type ServerProcess } from '../support/server'
+
+/** Long enough that every request of the storm lands while the first is still processing. */
+const PROVIDER_DELAY_MS = 800
+
+let db: TestDatabase
+let slow: ServerProcess
+let fast: ServerProcess
+beforeAll(async () => {
+  db = await createTestDatabase('storm')
+  ;[slow, fast] = await Promise.all([
+    startServer(db.url, { PAYMENT_PROVIDER_DELAY_MS: String(PROVIDER_DELAY_MS) }),
+    startServer(db.url),
+  ])
+})
+afterAll(async () => {
+  await Promise.all([slow?.stop(), fast?.stop()])
+  await db?.drop()
+})
+
+interface Answer { status: number; id?: string; at: number; replayed: boolean; retryAfter: string | null }
+
+async function storm(url: string, key: string, n: number, body = payment()): Promise<Answer[]> {
+  return Promise.all(Array.from({ length: n }, async () => {
+    const response = await postPayment(url, body, { key })
+    const text = await response.text()
+    const parsed = response.ok ? (JSON.parse(text) as { id: string }) : undefined
+    return {
+      status: response.status,
+      ...(parsed ? { id: parsed.id } : {}),
+      at: performance.now(),
+      replayed: response.headers.get('idempotent-replayed') === 'true',
+      retryAfter: response.headers.get('retry-after'),
+    }
+  }))
+}
+
+async function paymentsFor(key: string): Promise<number> {
+  const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from payments where idempotency_key = ${key} and tenant = 'acme'`
+  return row!.n
+}
+
+describe('same-key storm', () => {
+  for (const n of [50, 300]) {
+    test(`${n} concurrent requests with one key: one payment, one id, the rest 409 at once`, async () => {
+      const key = `storm-${n}-${crypto.randomUUID()}`
+      const answers = await storm(slow.url, key, n)
+      const statuses = answers.map((a) => a.status)
+      const created = answers.filter((a) => a.status === 201)
+      const conflicts = answers.filter((a) => a.status === 409)
+      console.log(`storm ${n}: ${created.length}x201, ${conflicts.length}x409, others: ${statuses.filter((s) => s !== 201 && s !== 409).join(',') || 'none'}`)
+
+      expect(statuses.filter((s) => s >= 500)).toEqual([])
+      expect(await paymentsFor(key)).toBe(1)
+      expect(new Set(created.map((a) => a.id)).size).toBe(1)
+      expect(created.filter((a) => !a.replayed)).toHaveLength(1)
+      expect(created.length + conflicts.length).toBe(n)
+      expect(conflicts.every((a) => Number(a.retryAfter) >= 1)).toBe(true)
+      // No 409 waited for the worker: every one came back before the payment did.
+      const paid = created.find((a) => !a.replayed)!.at
+      expect(conflicts.every((a) => a.at < paid)).toBe(true)
+    })
+  }
+
+  test('the naive check-then-insert baseline breaks under the same storm', async () => {
+    const naive = await startNaiveServer(db.url, 50)
+    try {
+      const key = `naive-${crypto.randomUUID()}`
+      await storm(naive.url, key, 50)
+      const duplicates = await paymentsFor(key)
+      console.log(`naive baseline: ${duplicates} payments for one key`)
+      expect(duplicates).toBeGreaterThan(1)
+    } finally {
+      await naive.stop()
+    }
+  })
+})
+
+test('200 keys x 10 concurrent retries: 200 payments, one id per key, no 5xx', async () => {
+  const keys = Array.from({ length: 200 }, (_, i) => `many-${i}-${crypto.randomUUID()}`)
+  const customer = `cus_${crypto.randomUUID().slice(0, 8)}`
+  const answers = await Promise.all(keys.flatMap((key, i) =>
+    Array.from({ length: 10 }, async () => {
+      const response = await postPayment(fast.url, payment({ customer, amount: i + 1 }), { key })
+      const text = await response.text()
+      return { key, status: response.status, id: response.ok ? (JSON.parse(text) as { id: string }).id : undefined }
+    })))
+  expect(answers.filter((a) => a.status >= 500)).toEqual([])
+  expect(answers.every((a) => a.status === 201 || a.status === 409)).toBe(true)
+  const [{ n }] = await db.sql<{ n: number }[]>`select count(*)::int as n from payments where customer = ${customer}`
+  expect(n).toBe(200)
+  const [{ dupes }] = await db.sql<{ dupes: number }[]>`
+    select count(*)::int as dupes from (select idempotency_key from payments where customer = ${customer} group by 1 having count(*) > 1) d`
+  expect(dupes).toBe(0)
+  for (const key of keys) {
+    const ids = new Set(answers.filter((a) => a.key === key && a.id).map((a) => a.id))
+    expect(ids.size).toBe(1)
+  }
+})
