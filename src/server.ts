@@ -5,6 +5,9 @@ import { InFlight } from './http/in-flight'
 import { observed } from './http/observe'
 import { problemResponse, problems, type Problem } from './http/problem'
 import type { Metrics } from './metrics/registry'
+import type { ClusterMetrics } from './metrics/cluster'
+import { exposition } from './metrics/exposition'
+import type { DatabaseGauges } from './metrics/gauges'
 import { paymentsRoutes } from './payments/routes'
 import { createProvider, type Charge } from './payments/provider'
 import { databaseAnswers, type Pools } from './store/db'
@@ -14,6 +17,10 @@ export interface AppDependencies {
   readonly config: Config
   readonly pools: Pools
   readonly metrics: Metrics
+  /** The gauges computed in PostgreSQL, added to /metrics. */
+  readonly gauges?: DatabaseGauges
+  /** WORKERS>1: /metrics sums the per-process metrics of all workers. */
+  readonly cluster?: ClusterMetrics
   readonly inFlight?: InFlight
   readonly charge?: Charge
   /** Tests move the engine's clock with this. */
@@ -43,7 +50,16 @@ export function buildApp(deps: AppDependencies) {
       (await databaseAnswers(pools.short))
         ? Response.json({ status: 'ready' })
         : problemResponse({ code: 'not-ready', status: 503, title: 'Not ready', detail: 'The database does not answer.' }, { 'retry-after': '2' }))
-    .get('/metrics', async () => new Response(await metrics.registry.metrics(), { headers: { 'content-type': metrics.registry.contentType } }))
+    .get('/metrics', async () => {
+      try {
+        const text = await exposition({ registry: metrics.registry, gauges: deps.gauges, cluster: deps.cluster })
+        return new Response(text, { headers: { 'content-type': metrics.registry.contentType } })
+      } catch (error) {
+        // Only the WORKERS>1 aggregation can fail; a gap beats a partial sum (see metrics/cluster.ts).
+        console.error('metrics:', error instanceof Error ? error.message : error)
+        return problemResponse({ code: 'metrics-unavailable', status: 503, title: 'Metrics unavailable', detail: 'The workers\' metrics could not be collected; retry.' })
+      }
+    })
     .use(paymentsRoutes({
       pools,
       charge,
@@ -59,9 +75,13 @@ export function buildApp(deps: AppDependencies) {
 
 export type App = ReturnType<typeof buildApp>
 
-/** Bun's own body cap, well above ours so that our 413 (problem+json) answers first. */
-export function bunBodyCap(maxBodyBytes: number): number {
-  return Math.max(maxBodyBytes * 4, 1024 * 1024)
+/**
+ * Bun's own cap on a body, far above ours: Bun answers a bare 413 by itself
+ * above it, and we want our problem+json 413. Nothing is buffered past our
+ * limit anyway (http/body.ts stops reading there).
+ */
+export function bunBodyCap(_maxBodyBytes: number): number {
+  return 1024 * 1024 * 1024
 }
 
 export function serve(app: App, deps: AppDependencies, options: { reusePort?: boolean } = {}) {

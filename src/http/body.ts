@@ -21,8 +21,8 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
   if (!/^application\/json\s*(;|$)/i.test(contentType.trim())) return { ok: false, problem: problems.unsupportedMediaType() }
   const declared = Number(request.headers.get('content-length') ?? NaN)
   if (declared > maxBytes) return { ok: false, problem: problems.tooLarge(maxBytes) }
-  const bytes = await request.arrayBuffer()
-  if (bytes.byteLength > maxBytes) return { ok: false, problem: problems.tooLarge(maxBytes) }
+  const bytes = await readAtMost(request, maxBytes)
+  if (bytes === undefined) return { ok: false, problem: problems.tooLarge(maxBytes) }
   let text: string
   try {
     text = utf8.decode(bytes)
@@ -37,6 +37,22 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
   }
   const flaw = inspect(value, 0)
   return flaw ? { ok: false, problem: problems.badRequest('invalid-json', flaw) } : { ok: true, value }
+}
+
+/**
+ * The body's bytes, or undefined as soon as they pass `maxBytes`: a chunked
+ * body without Content-Length is never buffered beyond the limit.
+ */
+async function readAtMost(request: Request, maxBytes: number): Promise<Uint8Array | undefined> {
+  if (!request.body) return new Uint8Array(0)
+  const chunks: Uint8Array[] = []
+  let size = 0
+  for await (const chunk of request.body as unknown as AsyncIterable<Uint8Array>) {
+    size += chunk.byteLength
+    if (size > maxBytes) return undefined
+    chunks.push(chunk)
+  }
+  return Buffer.concat(chunks, size)
 }
 
 /** Finds what makes a parsed JSON value unstorable, walking at most MAX_JSON_DEPTH levels. */

@@ -187,6 +187,23 @@ describe('POST /api/payments', () => {
     expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
   })
 
+  test('a chunked body over the limit, and one far over Bun\'s own cap: 413 problem+json', async () => {
+    const key = `chunked-${crypto.randomUUID()}`
+    const chunk = new TextEncoder().encode(' '.repeat(1024))
+    const stream = new ReadableStream<Uint8Array>({
+      pull(controller) { controller.enqueue(chunk) }, // endless: the server must stop reading by itself
+    })
+    const response = await fetch(`${server.url}/api/payments`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer acme-key', 'content-type': 'application/json', 'idempotency-key': key },
+      body: stream,
+    })
+    await expectProblem(response, 413)
+    const huge = await postPayment(server.url, ' '.repeat(3 * 1024 * 1024) + JSON.stringify(payment()), { key })
+    await expectProblem(huge, 413)
+    expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
+  })
+
   test('provider failure: 502 problem+json, the key released, and a retry succeeds', async () => {
     const key = `fail-${crypto.randomUUID()}`
     const failed = await postPayment(failing.url, payment(), { key })
