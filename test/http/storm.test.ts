@@ -96,11 +96,11 @@ test('200 keys x 10 concurrent retries: 200 payments, one id per key, no 5xx', a
     })))
   expect(answers.filter((a) => a.status >= 500)).toEqual([])
   expect(answers.every((a) => a.status === 201 || a.status === 409)).toBe(true)
-  const [{ n }] = await db.sql<{ n: number }[]>`select count(*)::int as n from payments where customer = ${customer}`
-  expect(n).toBe(200)
-  const [{ dupes }] = await db.sql<{ dupes: number }[]>`
+  const [paid] = await db.sql<{ n: number }[]>`select count(*)::int as n from payments where customer = ${customer}`
+  expect(paid!.n).toBe(200)
+  const [duplicated] = await db.sql<{ dupes: number }[]>`
     select count(*)::int as dupes from (select idempotency_key from payments where customer = ${customer} group by 1 having count(*) > 1) d`
-  expect(dupes).toBe(0)
+  expect(duplicated!.dupes).toBe(0)
   for (const key of keys) {
     const ids = new Set(answers.filter((a) => a.key === key && a.id).map((a) => a.id))
     expect(ids.size).toBe(1)

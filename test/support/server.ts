@@ -35,7 +35,7 @@ export async function startServer(databaseUrl: string, env: Record<string, strin
   let out = ''
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     const decoder = new TextDecoder()
-    for await (const chunk of stream) out += decoder.decode(chunk)
+    for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) out += decoder.decode(chunk, { stream: true })
   }
   void collect(proc.stdout as ReadableStream<Uint8Array>)
   void collect(proc.stderr as ReadableStream<Uint8Array>)
