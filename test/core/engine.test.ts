@@ -151,7 +151,13 @@ describe('fencing', () => {
     if (second.kind !== 'reclaimed') throw new Error(`expected a reclaim, got ${second.kind}`)
     expect(second.lease.lease).not.toBe(first.lease.lease)
 
-    await expect(complete(first.lease)).rejects.toBeInstanceOf(LeaseLostError)
+    // The fence comes before the work: the stale worker never reaches its provider call.
+    let workStarted = false
+    await expect(runWithLease(db.pools.work, db.pools.short, first.lease, async () => {
+      workStarted = true
+      return OK
+    })).rejects.toBeInstanceOf(LeaseLostError)
+    expect(workStarted).toBe(false)
     expect(await sideEffects(id.key)).toBe(0)
     await complete(second.lease)
     expect(await sideEffects(id.key)).toBe(1)
