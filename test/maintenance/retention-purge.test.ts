@@ -1,0 +1,124 @@
+/** The retention purge deletes completed keys past retention, and nothing else, while traffic runs. */
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { claim } from '../../src/core/claim'
+import { runWithLease } from '../../src/core/lease'
+import { purgeExpired } from '../../src/core/purge'
+import { startRetentionPurge } from '../../src/maintenance/retention-purge'
+import { createMetrics } from '../../src/metrics/registry'
+import { createTestDatabase, type TestDatabase } from '../support/db'
+import { payment, postPayment } from '../support/http'
+import { identity } from '../support/keys'
+import { startServer } from '../support/server'
+
+const RETENTION = 3600
+/** Enough batches (50 per purger at 100 rows) that the purge overlaps the traffic. */
+const EXPIRED = 10_000
+const timing = { ttlSeconds: 30, retentionSeconds: RETENTION }
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await createTestDatabase('purge')
+})
+afterAll(() => db?.drop())
+
+/** Completed keys as finished workers leave them, completed `ageSeconds` ago. */
+async function seedDone(prefix: string, count: number, ageSeconds: number): Promise<void> {
+  await db.sql`
+    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at,
+                                  response_status, response_headers, response_body)
+    select 'acme', ${prefix} || i, 'POST', '/api/payments', repeat('c', 64), 'done',
+           now() - make_interval(secs => ${ageSeconds + 1}), now() - make_interval(secs => ${ageSeconds + 1}),
+           now() - make_interval(secs => ${ageSeconds}), 201, '{}'::jsonb, '{}'
+      from generate_series(1, ${count}) i`
+}
+
+const count = async (where: string) => (await db.sql.unsafe(`select count(*)::int as n from idempotency_keys where ${where}`))[0]!.n as number
+
+test('two purgers under concurrent claims and completions delete only completed keys past retention', async () => {
+  await seedDone('expired-', EXPIRED, RETENTION + 600)
+  await seedDone('kept-', 300, RETENTION - 600)
+  await db.sql`
+    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at)
+    select 'acme', 'stuck-' || i, 'POST', '/api/payments', repeat('d', 64), 'processing', now() - interval '2 hours', now() - interval '2 hours'
+      from generate_series(1, 100) i`
+
+  const metrics = createMetrics()
+  const purgers = [1, 2].map(() => startRetentionPurge({ sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 100, pauseMs: 2, intervalMs: 3_600_000, metrics }))
+  let trafficOn = true
+  const completed = new Set<string>()
+  const answers = new Map<string, number>()
+  // Traffic: new keys, and retries that reuse expired keys (a claim renews those: claim.ts renewExpired).
+  async function traffic(worker: number): Promise<void> {
+    for (let i = 0; trafficOn; i++) {
+      const key = i % 3 === 0 ? `expired-${1 + ((worker * 997 + i * 31) % EXPIRED)}` : `new-${worker}-${i}`
+      const result = await claim(db.pools.short, identity({ key, body: { worker, i } }), timing)
+      answers.set(result.kind, (answers.get(result.kind) ?? 0) + 1)
+      if (result.kind !== 'created' && result.kind !== 'reclaimed') continue
+      await runWithLease(db.pools.work, db.pools.short, result.lease, async () => ({ status: 201, headers: {}, body: '{}' }))
+      completed.add(key)
+    }
+  }
+  const workers = [0, 1, 2].map(traffic)
+  const runs = await Promise.all(purgers.map((purger) => purger.runOnce()))
+  trafficOn = false
+  await Promise.all(workers)
+  await Promise.all(purgers.map((purger) => purger.stop()))
+  console.log('purge runs deleted', runs, 'claims:', Object.fromEntries(answers))
+
+  // Nothing but completed-and-expired keys went away.
+  expect(await count(`key like 'kept-%' and status = 'done'`)).toBe(300)
+  expect(await count(`key like 'stuck-%' and status = 'processing'`)).toBe(100)
+  for (const key of completed) expect(await count(`key = '${key}' and status = 'done'`)).toBe(1)
+  // An expired key no retry touched is gone; one a retry touched may live again (renewed, or re-created after the purge).
+  const touched = [...completed].filter((key) => key.startsWith('expired-'))
+  const present = (await db.sql<{ key: string }[]>`select key from idempotency_keys where key like 'expired-%'`).map((row) => row.key)
+  for (const key of present) expect(touched).toContain(key)
+  expect(await count(`status = 'done' and completed_at <= now() - interval '${RETENTION} seconds'`)).toBe(0)
+  const purged = (await metrics.purgedKeys.get()).values[0]?.value ?? 0
+  expect(purged).toBeLessThanOrEqual(EXPIRED)
+  expect(purged).toBeGreaterThanOrEqual(EXPIRED - touched.length)
+  expect(runs[0]! + runs[1]!).toBe(purged)
+  expect(runs[0]).toBeGreaterThan(0) // both purgers did share the work (SKIP LOCKED)
+  expect(runs[1]).toBeGreaterThan(0)
+}, 30_000)
+
+test('a purge batch skips rows another transaction holds, and deletes them once free', async () => {
+  await seedDone('held-', 5, RETENTION + 60)
+  const holder = await db.sql.reserve()
+  await holder`begin`
+  await holder`select 1 from idempotency_keys where key = 'held-1' for update`
+  try {
+    expect(await purgeExpired(db.pools.short, { retentionSeconds: RETENTION })).toBe(4)
+  } finally {
+    await holder`rollback`
+    holder.release()
+  }
+  expect(await purgeExpired(db.pools.short, { retentionSeconds: RETENTION })).toBe(1)
+})
+
+test('with `now` moved forward, the purge deletes what has expired by then (no sleeping)', async () => {
+  await db.sql`delete from idempotency_keys`
+  await seedDone('later-', 3, 10)
+  expect(await purgeExpired(db.pools.short, { retentionSeconds: RETENTION })).toBe(0)
+  expect(await purgeExpired(db.pools.short, { retentionSeconds: RETENTION, now: new Date(Date.now() + RETENTION * 1000) })).toBe(3)
+})
+
+test('the server runs the purge in the background and counts it', async () => {
+  const server = await startServer(db.url, { IDEMPOTENCY_TTL_SECONDS: '1', IDEMPOTENCY_RETENTION_SECONDS: '1', PURGE_INTERVAL_MS: '200' })
+  try {
+    const key = `bg-${crypto.randomUUID()}`
+    expect((await postPayment(server.url, payment(), { key })).status).toBe(201)
+    const deadline = Date.now() + 10_000
+    while (Date.now() < deadline && (await count(`key = '${key}'`)) === 1) await Bun.sleep(100)
+    expect(await count(`key = '${key}'`)).toBe(0)
+    const exposition = await (await fetch(`${server.url}/metrics`)).text()
+    const purged = Number(/idempotency_purged_keys_total (\d+)/.exec(exposition)?.[1] ?? 0)
+    expect(purged).toBeGreaterThanOrEqual(1)
+    // Past retention the key is new again: a fresh payment, not a replay.
+    const again = await postPayment(server.url, payment({ amount: 99 }), { key })
+    expect(again.status).toBe(201)
+    expect(again.headers.get('idempotent-replayed')).toBeNull()
+  } finally {
+    await server.stop()
+  }
+}, 30_000)
