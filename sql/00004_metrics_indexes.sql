@@ -1,7 +1,7 @@
 -- Metrics indexes: none beyond those of 00001, by measurement.
 --
 -- The gauges at /metrics read two partial indexes that already exist:
--- idempotency_keys_processing_locked_at (stale keys, oldest age) and
+-- idempotency_keys_processing (stale keys, oldest age) and
 -- idempotency_keys_done_completed_at (the duplicate-entities window).
 --
 -- This migration used to add (completed_at, tenant, path, fingerprint) where

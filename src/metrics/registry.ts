@@ -86,3 +86,15 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
     }),
   }
 }
+
+/**
+ * Gives every outcome of `route` a 0 sample before the first request, so that
+ * rate() and increase() see the first increment (a series that appears at 1
+ * has no earlier sample to subtract, so that request would be lost to them).
+ */
+export function primeRoute(metrics: Metrics, route: string): void {
+  for (const outcome of OUTCOMES) metrics.idempotencyRequests.inc({ route, outcome }, 0)
+  metrics.reclaims.inc({ route }, 0)
+  metrics.leasesLost.inc({ route }, 0)
+  metrics.releases.inc({ route }, 0)
+}

@@ -1,0 +1,113 @@
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { UNSUPPORTED_UNDER_BUN } from '../../src/metrics/process'
+import { createTestDatabase, type TestDatabase } from '../support/db'
+import { payment, postPayment } from '../support/http'
+import { startServer, type ServerProcess } from '../support/server'
+import { createKey, fingerprintOf, sample } from './factories'
+
+let db: TestDatabase
+let server: ServerProcess
+let exposition: string
+
+/** Polls until the key is claimed (its row is in processing). */
+async function claimed(key: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const [row] = await db.sql`select 1 from idempotency_keys where key = ${key} and status = 'processing'`
+    if (row) return
+    await Bun.sleep(10)
+  }
+  throw new Error(`key ${key} was never claimed`)
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase('exposition')
+  // The provider delay keeps a key in processing long enough for a retry to get its 409.
+  server = await startServer(db.url, { METRICS_CACHE_MS: '0', PAYMENT_PROVIDER_DELAY_MS: '400' })
+
+  const key = crypto.randomUUID()
+  expect((await postPayment(server.url, payment(), { key })).status).toBe(201)
+  expect((await postPayment(server.url, payment(), { key })).status).toBe(201) // replay
+  expect((await postPayment(server.url, payment({ amount: 1 }), { key })).status).toBe(422)
+  expect((await postPayment(server.url, { amount: 'lots' })).status).toBe(400)
+  expect((await postPayment(server.url, payment(), { key: null })).status).toBe(400)
+  expect((await postPayment(server.url, payment(), { apiKey: null })).status).toBe(401)
+  expect((await postPayment(server.url, 'amount=1', { contentType: 'text/plain' })).status).toBe(415)
+
+  const slow = crypto.randomUUID()
+  const first = postPayment(server.url, payment({ customer: 'slow' }), { key: slow })
+  await claimed(slow)
+  expect((await postPayment(server.url, payment({ customer: 'slow' }), { key: slow })).status).toBe(409)
+  expect((await first).status).toBe(201)
+
+  // A client that makes a new key per retry: the same request completes twice.
+  for (let i = 0; i < 2; i++)
+    expect((await postPayment(server.url, payment({ customer: 'retries-with-new-keys' }), { key: crypto.randomUUID() })).status).toBe(201)
+  // A key stranded by a dead worker, long past the TTL.
+  await createKey(db.sql, { tenant: 'globex', fingerprint: fingerprintOf('stranded'), status: 'processing', at: new Date(Date.now() - 10 * 60_000) })
+
+  const response = await fetch(`${server.url}/metrics`)
+  expect(response.status).toBe(200)
+  expect(response.headers.get('content-type')).toStartWith('text/plain; version=0.0.4')
+  exposition = await response.text()
+}, 60_000)
+afterAll(async () => {
+  await server?.stop()
+  await db?.drop()
+})
+
+const route = '/api/payments'
+
+test('idempotency_requests_total counts every outcome, with 0 for those that did not happen', () => {
+  const outcome = (name: string) => sample(exposition, 'idempotency_requests_total', { route, outcome: name })
+  expect(outcome('created')).toBe(4)
+  expect(outcome('replayed')).toBe(1)
+  expect(outcome('mismatch')).toBe(1)
+  expect(outcome('in_progress')).toBe(1)
+  expect(outcome('invalid')).toBe(3) // the body outside the schema, the missing key, the 415 (a 401 never reaches the engine)
+  expect(outcome('reclaimed')).toBe(0)
+  expect(outcome('lease_lost')).toBe(0)
+})
+
+test('http_requests_total counts every answer, auth and validation refusals included', () => {
+  const status = (code: string) => sample(exposition, 'http_requests_total', { method: 'POST', route, status: code })
+  expect(status('201')).toBe(5) // 4 created + 1 replay
+  expect(status('409')).toBe(1)
+  expect(status('422')).toBe(1)
+  expect(status('400')).toBe(2)
+  expect(status('401')).toBe(1)
+  expect(status('415')).toBe(1)
+  expect(sample(exposition, 'http_request_duration_seconds_count', { method: 'POST', route, status: '201' })).toBe(5)
+  expect(sample(exposition, 'http_request_duration_seconds_bucket', { method: 'POST', route, status: '201', le: '+Inf' })).toBe(5)
+})
+
+test('the database gauges see the stranded key and the request completed under two keys', () => {
+  expect(sample(exposition, 'idempotency_stale_processing_keys', { tenant: 'globex' })).toBe(1)
+  expect(sample(exposition, 'idempotency_stale_processing_keys', { tenant: 'acme' })).toBe(0)
+  expect(sample(exposition, 'idempotency_oldest_processing_age_seconds')).toBeGreaterThanOrEqual(600)
+  expect(sample(exposition, 'idempotency_duplicate_entities', { tenant: 'acme' })).toBe(1)
+  expect(sample(exposition, 'idempotency_gauges_refresh_failed', { query: 'processing' })).toBe(0)
+  expect(sample(exposition, 'idempotency_gauges_refresh_failed', { query: 'duplicates' })).toBe(0)
+})
+
+test('process metrics: those that hold under Bun are there, the broken ones are not', () => {
+  for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'process_open_fds', 'process_start_time_seconds', 'nodejs_eventloop_lag_p99_seconds', 'nodejs_heap_size_used_bytes'])
+    expect(sample(exposition, name)).toBeGreaterThan(0)
+  expect(sample(exposition, 'bun_version_info', { version: Bun.version })).toBe(1)
+  for (const name of UNSUPPORTED_UNDER_BUN) expect(exposition).not.toContain(`\n${name}`)
+})
+
+test('promtool check metrics finds nothing to lint in the exposition', async () => {
+  const lint = Bun.spawn(['promtool', 'check', 'metrics'], { stdin: new TextEncoder().encode(exposition), stdout: 'pipe', stderr: 'pipe' })
+  const [code, out, err] = await Promise.all([lint.exited, new Response(lint.stdout).text(), new Response(lint.stderr).text()])
+  expect(`${out}${err}`.trim()).toBe('')
+  expect(code).toBe(0)
+})
+
+test('hostile label values cannot appear: the route label comes from a fixed list', async () => {
+  await fetch(`${server.url}/api/payments/%22%7D%20evil%7B`, { headers: { authorization: 'Bearer acme-key' } })
+  await fetch(`${server.url}/whatever"} 1\nfake_metric 1`).catch(() => undefined)
+  const text = await (await fetch(`${server.url}/metrics`)).text()
+  expect(text).not.toContain('evil')
+  expect(text).not.toContain('fake_metric')
+  expect(sample(text, 'http_requests_total', { method: 'GET', route: '/api/payments/:id', status: '404' })).toBe(1)
+})

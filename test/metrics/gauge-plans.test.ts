@@ -1,0 +1,64 @@
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { DUPLICATE_WINDOW_SECONDS } from '../../src/metrics/gauges'
+import { DUPLICATES_SQL, duplicatesParameters, readDuplicates } from '../../src/metrics/read-duplicates'
+import { PROCESSING_GAUGES_SQL, processingGaugeParameters, readProcessingGauges } from '../../src/metrics/read-processing-gauges'
+import { createTestDatabase, type TestDatabase } from '../support/db'
+import { seedKeys } from './seed'
+
+/**
+ * The gauge queries must stay cheap however many completed keys wait for
+ * their retention: they may read the partial indexes, never the whole table.
+ * 200k keys are enough for the planner to cost them like production (on a
+ * small table a seq scan is chosen, and is then the right choice).
+ */
+const DONE = 200_000
+const PROCESSING = 40
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await createTestDatabase('gauge_plans')
+  await seedKeys(db.sql, DONE, PROCESSING)
+}, 60_000)
+afterAll(async () => { await db?.drop() })
+
+interface PlanNode { 'Node Type': string; 'Relation Name'?: string; 'Index Name'?: string; Plans?: PlanNode[] }
+
+function nodes(plan: PlanNode): PlanNode[] {
+  return [plan, ...(plan.Plans ?? []).flatMap(nodes)]
+}
+
+async function scansOfKeys(sql: string, params: unknown[]): Promise<PlanNode[]> {
+  const [row] = await db.sql.unsafe(`explain (format json) ${sql}`, params as never[])
+  const plan = (row!['QUERY PLAN'] as { Plan: PlanNode }[])[0]!.Plan
+  const scans = nodes(plan).filter((node) => node['Relation Name'] === 'idempotency_keys')
+  console.log(scans.map((node) => `${node['Node Type']} ${node['Index Name'] ?? ''}`).join('\n'))
+  return scans
+}
+
+test('the stale-key and oldest-age query reads only a partial index of processing keys', async () => {
+  const scans = await scansOfKeys(PROCESSING_GAUGES_SQL, processingGaugeParameters(30))
+  expect(scans.length).toBe(2)
+  for (const scan of scans) {
+    expect(scan['Node Type']).not.toBe('Seq Scan')
+    expect(scan['Index Name']).toBe('idempotency_keys_processing')
+  }
+})
+
+test('the duplicates query reads only the recent window of a partial index of done keys', async () => {
+  const scans = await scansOfKeys(DUPLICATES_SQL, duplicatesParameters(DUPLICATE_WINDOW_SECONDS))
+  expect(scans.length).toBe(1)
+  expect(scans[0]!['Node Type']).not.toBe('Seq Scan')
+  expect(scans[0]!['Index Name']).toMatch(/^idempotency_keys_done_/)
+})
+
+test('on the seeded table the gauges count what was seeded', async () => {
+  const { staleByTenant, oldestAgeSeconds } = await readProcessingGauges(db.pools.short, 30)
+  // stuck-i has been locked i * 10 s: stuck-1 and stuck-2 are younger than the 30 s TTL
+  expect(staleByTenant.get('acme')).toBe(PROCESSING - 2)
+  expect(oldestAgeSeconds).toBeGreaterThanOrEqual(PROCESSING * 10)
+  // one repeat per 1000 requests over 24 h: about 200 / 24 of them in the last hour
+  const duplicates = await readDuplicates(db.pools.short, DUPLICATE_WINDOW_SECONDS)
+  const total = [...duplicates.values()].reduce((sum, n) => sum + n, 0)
+  expect(total).toBeGreaterThan(0)
+  expect(total).toBeLessThan(DONE / 1000 / 24 * 2)
+})

@@ -1,0 +1,24 @@
+import type postgres from 'postgres'
+
+/**
+ * Fills idempotency_keys like a busy service after a day: `done` completed
+ * keys spread over the last 24 hours (a few repeat a request, as a client with
+ * a new key per retry would), and `processing` keys, some of them stale.
+ */
+export async function seedKeys(sql: postgres.Sql, done: number, processing: number): Promise<void> {
+  await sql`
+    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at,
+                                  completed_at, response_status, response_headers, response_body)
+    select case when r % 10 = 0 then 'globex' else 'acme' end, 'seed-' || i, 'POST', '/api/payments',
+           md5(r::text) || md5(r::text), 'done', t, t, t, 201, '{"content-type":"application/json"}'::jsonb, '{"id":"x"}'
+      from generate_series(1, ${done}) i,
+           -- request r: every 1000th request is repeated under the next key
+           lateral (select i - (i % 1000 = 1)::int) as req(r),
+           lateral (select now() - make_interval(secs => (i::float8 / ${done}) * 86400)) as at(t)`
+  await sql`
+    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at)
+    select 'acme', 'stuck-' || i, 'POST', '/api/payments', md5(i::text) || md5('p' || i), 'processing',
+           now() - make_interval(secs => i * 10), now() - make_interval(secs => i * 10)
+      from generate_series(1, ${processing}) i`
+  await sql`analyze idempotency_keys`
+}
