@@ -1,0 +1,28 @@
+import type postgres from 'postgres'
+
+/** Processing keys among the seeded ones: in-flight and stranded keys are few; half of these are stale. */
+const SEEDED_PROCESSING = 1_000
+
+/**
+ * Fills idempotency_keys with `count` keys in one generate_series INSERT:
+ * completed keys spread evenly over the last 23 hours (all within the 24 h
+ * retention), over 10 tenants, each with its own request fingerprint and a
+ * stored answer of realistic size; plus SEEDED_PROCESSING processing keys,
+ * half of them older than any TTL. Then ANALYZE, as autovacuum would.
+ */
+export async function seedKeys(sql: postgres.Sql, count: number): Promise<void> {
+  const done = count - SEEDED_PROCESSING
+  await sql`
+    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at,
+                                  response_status, response_headers, response_body)
+    select 'seed-' || (i % 10), 'seed-' || i, 'POST', '/api/payments', encode(sha256(int8send(i)), 'hex'), 'done', t, t, t,
+           201, '{"content-type":"application/json","location":"/api/payments/00000000-0000-0000-0000-000000000000"}'::jsonb,
+           '{"id":"00000000-0000-0000-0000-000000000000","amount":1250,"currency":"EUR","customer":"cus_1","description":null,"status":"succeeded","provider_reference":"ch_0123456789abcdef0123456789abcdef","created_at":"2026-01-01T00:00:00.000Z"}'
+      from generate_series(1, ${done}::int8) i, lateral (select now() - (i * 82800.0 / ${done}) * interval '1 second' as t) at`
+  await sql`
+    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at)
+    select 'seed-' || (i % 10), 'seed-p-' || i, 'POST', '/api/payments', encode(sha256(int8send(i)), 'hex'), 'processing', t, t
+      from generate_series(1, ${SEEDED_PROCESSING}::int8) i,
+           lateral (select now() - case when i % 2 = 0 then interval '1 hour' else interval '0' end as t) at`
+  await sql`analyze idempotency_keys`
+}
