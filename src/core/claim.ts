@@ -63,7 +63,7 @@ export async function claim(sql: Sql, id: RequestIdentity, timing: Timing): Prom
     if (row.status === 'done' && row.completed_age_seconds !== null && row.completed_age_seconds >= timing.retentionSeconds) {
       // Past retention the old answer is forgotten: the request counts as new.
       const renewed = await renewExpired(sql, id, row.lease, timing)
-      if (renewed === 'busy') return inProgress(0)
+      if (renewed === 'busy') return inProgress(0, 0)
       if (renewed) return { kind: 'created', lease: renewed }
       continue
     }
@@ -71,17 +71,25 @@ export async function claim(sql: Sql, id: RequestIdentity, timing: Timing): Prom
     if (row.status === 'done') return { kind: 'replay', response: storedResponse(row) }
 
     const ttlLeft = timing.ttlSeconds - row.age_seconds
-    if (ttlLeft > 0) return inProgress(ttlLeft)
+    if (ttlLeft > 0) return inProgress(ttlLeft, row.age_seconds)
     const reclaimed = await reclaim(sql, lease, timing)
-    if (reclaimed === 'busy') return inProgress(0) // its worker is alive and holds the row
+    if (reclaimed === 'busy') return inProgress(0, 0) // its worker is alive and holds the row
     if (reclaimed) return { kind: 'reclaimed', lease: reclaimed }
     // Another retry reclaimed it first, or its worker finished: look again.
   }
-  return inProgress(0)
+  return inProgress(0, 0)
 }
 
-function inProgress(ttlLeftSeconds: number): ClaimResult {
-  return { kind: 'in_progress', retryAfterSeconds: Math.max(1, Math.ceil(ttlLeftSeconds)) }
+/**
+ * Retry-After: about as long as the first request has already run, between 1
+ * second and the TTL left. Most requests finish in milliseconds, so a young
+ * key says 1 (sending the TTL left, ~30 s, made honest clients wait 30 s for
+ * an answer ready after 5 ms); a long-running one spaces its retries out, and
+ * none is told to come back after the key could have been reclaimed.
+ */
+function inProgress(ttlLeftSeconds: number, ageSeconds: number): ClaimResult {
+  const seconds = Math.min(Math.ceil(ageSeconds), Math.ceil(ttlLeftSeconds))
+  return { kind: 'in_progress', retryAfterSeconds: Math.max(1, seconds) }
 }
 
 function storedResponse(row: ClaimRow): StoredResponse {

@@ -43,7 +43,7 @@ describe('claim', () => {
     const first = await claim(db.pools.short, id, timing())
     expect(first.kind).toBe('created')
     const during = await claim(db.pools.short, id, timing())
-    expect(during).toEqual({ kind: 'in_progress', retryAfterSeconds: TTL })
+    expect(during).toEqual({ kind: 'in_progress', retryAfterSeconds: 1 })
     if (first.kind !== 'created') throw new Error('unreachable')
     await complete(first.lease)
     const after = await claim(db.pools.short, id, timing())
@@ -51,11 +51,13 @@ describe('claim', () => {
     expect(await sideEffects(id.key)).toBe(1)
   })
 
-  test('Retry-After is the TTL left, at least 1', async () => {
+  test('Retry-After grows with the age of the request, from 1 up to the TTL left', async () => {
     const id = identity()
     const start = new Date()
     await createKey(db.sql, id, { status: 'processing', lockedAt: start })
-    expect(await claim(db.pools.short, id, timing(secondsAfter(start, 10.2)))).toEqual({ kind: 'in_progress', retryAfterSeconds: 20 })
+    expect(await claim(db.pools.short, id, timing(secondsAfter(start, 0.2)))).toEqual({ kind: 'in_progress', retryAfterSeconds: 1 })
+    expect(await claim(db.pools.short, id, timing(secondsAfter(start, 4.5)))).toEqual({ kind: 'in_progress', retryAfterSeconds: 5 })
+    expect(await claim(db.pools.short, id, timing(secondsAfter(start, 20.2)))).toEqual({ kind: 'in_progress', retryAfterSeconds: 10 })
     expect(await claim(db.pools.short, id, timing(secondsAfter(start, 29.9)))).toEqual({ kind: 'in_progress', retryAfterSeconds: 1 })
   })
 
