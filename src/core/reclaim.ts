@@ -15,8 +15,8 @@ export type TakeOver = Lease | null | 'busy'
  * and nobody waits behind it. A worker that died lost its lock with its
  * connection, so its key is taken here once the TTL has passed.
  */
-export async function reclaim(sql: Sql, seen: Lease, timing: Timing): Promise<TakeOver> {
-  try {
+export function reclaim(sql: Sql, seen: Lease, timing: Timing): Promise<TakeOver> {
+  return takeOver(seen, async () => {
     const [row] = await sql<{ lease: string; attempts: number }[]>`
       with params as (select coalesce(${timing.now ?? null}::timestamptz, now()) as now),
       target as (
@@ -31,11 +31,8 @@ export async function reclaim(sql: Sql, seen: Lease, timing: Timing): Promise<Ta
         from target, params p
        where k.tenant = target.tenant and k.key = target.key
       returning k.lease, k.attempts`
-    return row ? { tenant: seen.tenant, key: seen.key, lease: row.lease, attempts: row.attempts } : null
-  } catch (error) {
-    if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE) return 'busy'
-    throw error
-  }
+    return row
+  })
 }
 
 /**
@@ -43,8 +40,8 @@ export async function reclaim(sql: Sql, seen: Lease, timing: Timing): Promise<Ta
  * request. Conditional on the lease seen, with NOWAIT, for the same reasons
  * as reclaim: one winner, nobody waits.
  */
-export async function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, timing: Timing): Promise<TakeOver> {
-  try {
+export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, timing: Timing): Promise<TakeOver> {
+  return takeOver(id, async () => {
     const [row] = await sql<{ lease: string; attempts: number }[]>`
       with params as (select coalesce(${timing.now ?? null}::timestamptz, now()) as now),
       target as (
@@ -62,7 +59,15 @@ export async function renewExpired(sql: Sql, id: RequestIdentity, seenLease: str
         from target, params p
        where k.tenant = target.tenant and k.key = target.key
       returning k.lease, k.attempts`
-    return row ? { tenant: id.tenant, key: id.key, lease: row.lease, attempts: row.attempts } : null
+    return row
+  })
+}
+
+/** Runs a conditional take-over UPDATE: its new lease, null if its condition no longer held, 'busy' on NOWAIT. */
+async function takeOver(key: { tenant: string; key: string }, update: () => Promise<{ lease: string; attempts: number } | undefined>): Promise<TakeOver> {
+  try {
+    const row = await update()
+    return row ? { tenant: key.tenant, key: key.key, lease: row.lease, attempts: row.attempts } : null
   } catch (error) {
     if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE) return 'busy'
     throw error

@@ -4,17 +4,7 @@ import { readJsonBody } from '../http/body'
 import { problemResponse, problems } from '../http/problem'
 import type { Charge } from './provider'
 import { validateNewPayment } from './schema'
-
-interface PaymentRow {
-  id: string
-  amount: string
-  currency: string
-  customer: string
-  description: string | null
-  status: string
-  provider_ref: string
-  created_at: Date
-}
+import { insertPayment, paymentJson } from './insert-payment'
 
 /** Exists only with BENCH_BASELINE_ROUTE=1 (`npm run bench` sets it); never in normal operation. */
 export const BENCH_BASELINE_ROUTE = '/bench/payments-baseline'
@@ -43,21 +33,8 @@ export function benchBaselineRoute(options: BenchBaselineOptions) {
     if (!valid.ok) return problemResponse(problems.badRequest('invalid-body', 'The body does not match the schema.', valid.errors))
     const payment = valid.value
     const { reference } = await charge()
-    // The same statement and RETURNING list as the idempotent handler (payments/routes.ts).
-    const [row] = await pools.work<PaymentRow[]>`
-      insert into payments (tenant, amount, currency, customer, description, status, provider_ref, idempotency_key)
-      values (${tenant}, ${payment.amount}, ${payment.currency}, ${payment.customer}, ${payment.description ?? null}, 'succeeded', ${reference}, 'bench-baseline')
-      returning id, amount, currency, customer, description, status, provider_ref, created_at, created_at::text as cursor_at`
-    const json = {
-      id: row!.id,
-      amount: Number(row!.amount),
-      currency: row!.currency,
-      customer: row!.customer,
-      description: row!.description,
-      status: row!.status,
-      provider_reference: row!.provider_ref,
-      created_at: row!.created_at.toISOString(),
-    }
+    // The same statement as the idempotent handler's (insert-payment.ts), in autocommit.
+    const json = paymentJson(await insertPayment(pools.work, tenant, payment, reference, 'bench-baseline'))
     return new Response(JSON.stringify(json), { status: 201, headers: { 'content-type': 'application/json', location: `/api/payments/${json.id}` } })
   }, { parse: 'none' })
 }

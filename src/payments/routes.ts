@@ -5,38 +5,12 @@ import { problemResponse, problems } from '../http/problem'
 import { decodeCursor, encodeCursor, isUuid } from './cursor'
 import type { Charge } from './provider'
 import { validateNewPayment } from './schema'
+import { insertPayment, PAYMENT_COLUMNS, paymentJson, type PaymentRow } from './insert-payment'
 
 export const PAYMENTS_ROUTE = '/api/payments'
 /** Page size of the list: 20 by default, 100 at most (SPEC). */
 const DEFAULT_LIMIT = 20
 const MAX_LIMIT = 100
-
-interface PaymentRow {
-  id: string
-  amount: string
-  currency: string
-  customer: string
-  description: string | null
-  status: string
-  provider_ref: string
-  created_at: Date
-  cursor_at: string
-}
-
-function toJson(row: PaymentRow) {
-  return {
-    id: row.id,
-    amount: Number(row.amount), // at most 10^12: exact as a JSON number
-    currency: row.currency,
-    customer: row.customer,
-    description: row.description,
-    status: row.status,
-    provider_reference: row.provider_ref,
-    created_at: row.created_at.toISOString(),
-  }
-}
-
-const COLUMNS = 'id, amount, currency, customer, description, status, provider_ref, created_at, created_at::text as cursor_at'
 
 export interface PaymentsOptions extends IdempotencyOptions {
   readonly pools: Pools
@@ -46,18 +20,14 @@ export interface PaymentsOptions extends IdempotencyOptions {
 /** The reference payments API: idempotent POST, GET by id, list by customer. */
 export function paymentsRoutes(options: PaymentsOptions) {
   const { pools, charge, tenant: tenantOf } = options
-  const columns = pools.short.unsafe(COLUMNS)
+  const columns = pools.short.unsafe(PAYMENT_COLUMNS)
 
   const create = idempotentPost(options, {
     path: PAYMENTS_ROUTE,
     validate: validateNewPayment,
     async handler({ body, tx, tenant, key }) {
       const { reference } = await charge()
-      const [row] = await tx<PaymentRow[]>`
-        insert into payments (tenant, amount, currency, customer, description, status, provider_ref, idempotency_key)
-        values (${tenant}, ${body.amount}, ${body.currency}, ${body.customer}, ${body.description ?? null}, 'succeeded', ${reference}, ${key})
-        returning ${tx.unsafe(COLUMNS)}`
-      const payment = toJson(row!)
+      const payment = paymentJson(await insertPayment(tx, tenant, body, reference, key))
       return { status: 201, headers: { location: `${PAYMENTS_ROUTE}/${payment.id}` }, body: payment }
     },
   })
@@ -70,7 +40,7 @@ export function paymentsRoutes(options: PaymentsOptions) {
       // Another tenant's payment is answered exactly like a missing one: no existence leaks.
       if (!isUuid(params.id)) return problemResponse(problems.notFound('No such payment.'))
       const [row] = await pools.short<PaymentRow[]>`select ${columns} from payments where id = ${params.id} and tenant = ${tenant}`
-      return row ? Response.json(toJson(row)) : problemResponse(problems.notFound('No such payment.'))
+      return row ? Response.json(paymentJson(row)) : problemResponse(problems.notFound('No such payment.'))
     })
     .get(PAYMENTS_ROUTE, async ({ request }) => {
       const tenant = tenantOf(request)
@@ -95,7 +65,7 @@ export function paymentsRoutes(options: PaymentsOptions) {
       const page = rows.slice(0, limit)
       const last = page.at(-1)
       return Response.json({
-        data: page.map(toJson),
+        data: page.map(paymentJson),
         next_cursor: rows.length > limit && last ? encodeCursor({ createdAt: last.cursor_at, id: last.id }) : null,
       })
     })

@@ -1,0 +1,44 @@
+import type postgres from 'postgres'
+import type { NewPayment } from './schema'
+
+/** A payments row as selected with PAYMENT_COLUMNS. */
+export interface PaymentRow {
+  id: string
+  amount: string
+  currency: string
+  customer: string
+  description: string | null
+  status: string
+  provider_ref: string
+  created_at: Date
+  /** created_at as PostgreSQL's text, microseconds included, for the list's cursor. */
+  cursor_at: string
+}
+
+export const PAYMENT_COLUMNS = 'id, amount, currency, customer, description, status, provider_ref, created_at, created_at::text as cursor_at'
+
+/** The payment as the API shows it. */
+export function paymentJson(row: PaymentRow) {
+  return {
+    id: row.id,
+    amount: Number(row.amount), // at most 10^12: exact as a JSON number
+    currency: row.currency,
+    customer: row.customer,
+    description: row.description,
+    status: row.status,
+    provider_reference: row.provider_ref,
+    created_at: row.created_at.toISOString(),
+  }
+}
+
+/**
+ * One INSERT ... RETURNING: through the idempotent handler's transaction it
+ * commits with the key's completion; the bench baseline runs it alone.
+ */
+export async function insertPayment(sql: postgres.Sql<Record<string, never>> | postgres.ReservedSql<Record<string, never>>, tenant: string, payment: NewPayment, providerRef: string, idempotencyKey: string): Promise<PaymentRow> {
+  const [row] = await sql<PaymentRow[]>`
+    insert into payments (tenant, amount, currency, customer, description, status, provider_ref, idempotency_key)
+    values (${tenant}, ${payment.amount}, ${payment.currency}, ${payment.customer}, ${payment.description ?? null}, 'succeeded', ${providerRef}, ${idempotencyKey})
+    returning ${sql.unsafe(PAYMENT_COLUMNS)}`
+  return row!
+}
