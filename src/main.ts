@@ -8,7 +8,7 @@ import { ConfigError, loadConfig, type Config } from './config'
 import { startEmbedded, type EmbeddedPostgres } from './store/embedded'
 import { migrate } from './store/migrate'
 import { runServer } from './lifecycle'
-import { superviseWorkers } from './workers'
+import { sharedPort, superviseWorkers } from './workers'
 
 const WORKER_ENV = 'IDEMPOTENT_POST_WORKER'
 
@@ -36,9 +36,9 @@ async function main(): Promise<number> {
   let embedded: EmbeddedPostgres | undefined
   let url = config.databaseUrl
   if (!url) {
-    embedded = await startEmbedded({ log })
+    embedded = await startEmbedded({ dir: config.embeddedDir, port: config.embeddedPort, log })
     url = embedded.url
-    log(`embedded PostgreSQL ready (data in .data/pg)`)
+    log(`embedded PostgreSQL ready (data in ${config.embeddedDir}, port ${config.embeddedPort})`)
   }
   try {
     const isWorker = process.env[WORKER_ENV] === '1'
@@ -49,10 +49,13 @@ async function main(): Promise<number> {
     process.off('SIGTERM', early).off('SIGINT', early)
     if (stopping) return 0
     if (config.workers > 1 && !isWorker) {
-      banner(config, url)
-      return await superviseWorkers(config.workers, { ...process.env, DATABASE_URL: url, [WORKER_ENV]: '1' }, log)
+      const port = sharedPort(config.host, config.port)
+      banner({ ...config, port }, url)
+      const env = { ...process.env, DATABASE_URL: url, PORT: String(port), [WORKER_ENV]: '1' }
+      return await superviseWorkers({ count: config.workers, env, log })
     }
-    return await runServer(config, url, { log, onListening: isWorker ? undefined : () => banner(config, url!) })
+    // A worker drains when its supervisor is gone (even SIGKILLed), instead of serving on orphaned.
+    return await runServer(config, url, { log, watchParent: isWorker, onListening: isWorker ? undefined : (port) => banner({ ...config, port }, url!) })
   } finally {
     if (embedded) {
       await embedded.stop()

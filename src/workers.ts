@@ -1,21 +1,100 @@
 /**
- * WORKERS>1: N Bun processes serve the same port (SO_REUSEPORT spreads the
- * connections). This process only supervises: it forwards SIGTERM/SIGINT and
- * exits after every worker has drained, so the embedded database stops last.
+ * WORKERS>1: N Bun processes serve the same port (SO_REUSEPORT: the kernel
+ * spreads new connections over them). This process only supervises: it
+ * forwards SIGTERM/SIGINT, restarts a worker that dies on its own, and exits
+ * after every worker has drained, so the embedded database stops last.
+ *
+ * Why restart rather than stop everything when a worker dies: the keys it held
+ * are safe either way (its transactions rolled back with its connections; the
+ * keys become reclaimable after the TTL, and fencing stops it from committing
+ * anything late), so stopping would only turn one crash into a full outage.
+ * But a worker that keeps dying points at something systematic (bad config,
+ * database refusing us, a poison request): after MAX_RESTARTS within
+ * RESTART_WINDOW_MS the supervisor stops all workers and exits 1, so that the
+ * orchestrator sees the failure instead of a quiet crash loop.
  */
-export async function superviseWorkers(count: number, env: Record<string, string | undefined>, log: (line: string) => void): Promise<number> {
-  const workers = Array.from({ length: count }, () =>
-    Bun.spawn([process.execPath, import.meta.dir + '/main.ts'], { env, stdio: ['ignore', 'inherit', 'inherit'] }))
-  log(`started ${count} workers: ${workers.map((w) => w.pid).join(', ')}`)
-  let stopping = false
+import type { Subprocess } from 'bun'
+import { MetricsHub } from './metrics/cluster'
+
+/** 5 crashes a minute: far above an occasional crash, low enough to give up on a loop within seconds. */
+const MAX_RESTARTS = 5
+const RESTART_WINDOW_MS = 60_000
+/** A short pause before a restart, so a crash on start does not spin the CPU. */
+const RESTART_DELAY_MS = 250
+
+export interface SuperviseOptions {
+  readonly count: number
+  readonly env: Record<string, string | undefined>
+  readonly log: (line: string) => void
+}
+
+export async function superviseWorkers({ count, env, log }: SuperviseOptions): Promise<number> {
+  const workers = new Set<Subprocess>()
+  // Sums the workers' counters for /metrics (see metrics/cluster.ts).
+  const metricsHub = new MetricsHub()
+  const restarts: number[] = []
+  let stopping: NodeJS.Signals | undefined
+  let failed = false
+  let settle: () => void = () => undefined
+  const allGone = new Promise<void>((resolve) => { settle = resolve })
+
+  const stopAll = (signal: NodeJS.Signals) => {
+    for (const worker of workers) if (worker.exitCode === null && worker.signalCode === null) worker.kill(signal)
+  }
+
+  const start = (): void => {
+    const worker = Bun.spawn([process.execPath, import.meta.dir + '/main.ts'], { env, stdio: ['ignore', 'inherit', 'inherit'], ipc: metricsHub.onMessage })
+    workers.add(worker)
+    metricsHub.track(worker)
+    void worker.exited.then((code) => {
+      workers.delete(worker)
+      if (stopping === undefined) {
+        const now = Date.now()
+        while (restarts.length > 0 && restarts[0]! < now - RESTART_WINDOW_MS) restarts.shift()
+        if (restarts.length >= MAX_RESTARTS) {
+          log(`worker ${worker.pid} exited (${worker.signalCode ?? code}); ${MAX_RESTARTS} restarts within ${RESTART_WINDOW_MS / 1000} s: stopping all`)
+          failed = true
+          stopping = 'SIGTERM'
+          stopAll('SIGTERM')
+        } else {
+          restarts.push(now)
+          log(`worker ${worker.pid} exited on its own (${worker.signalCode ?? code}); restarting it`)
+          setTimeout(() => { if (stopping === undefined) start(); else if (workers.size === 0) settle() }, RESTART_DELAY_MS)
+          return
+        }
+      } else if (code !== 0) {
+        failed = true
+      }
+      if (workers.size === 0) settle()
+    })
+  }
+
+  for (let i = 0; i < count; i++) start()
+  log(`started ${count} workers: ${[...workers].map((w) => w.pid).join(', ')}`)
+
+  // A signal to the whole process group reaches the workers directly too; a
+  // second SIGTERM is harmless to a draining worker (it ignores it).
   const forward = (signal: NodeJS.Signals) => () => {
-    if (stopping) return
-    stopping = true
-    log(`${signal}: stopping workers`)
-    for (const worker of workers) worker.kill(signal)
+    if (stopping !== undefined) return
+    stopping = signal
+    log(`${signal}: stopping ${workers.size} worker(s)`)
+    stopAll(signal)
+    if (workers.size === 0) settle()
   }
   process.on('SIGTERM', forward('SIGTERM')).on('SIGINT', forward('SIGINT'))
-  const codes = await Promise.all(workers.map((worker) => worker.exited))
-  if (!stopping) log(`a worker exited on its own (codes ${codes.join(', ')})`)
-  return codes.every((code) => code === 0) ? 0 : 1
+  await allGone
+  log(`all workers stopped`)
+  return failed ? 1 : 0
+}
+
+/**
+ * The port the workers share. PORT=0 ("any free port", tests only) would give
+ * every worker a different port, so the supervisor picks one for all of them.
+ */
+export function sharedPort(host: string, port: number): number {
+  if (port !== 0) return port
+  const probe = Bun.serve({ hostname: host, port: 0, fetch: () => new Response(null) })
+  const chosen = probe.port!
+  probe.stop(true)
+  return chosen
 }

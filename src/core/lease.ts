@@ -1,6 +1,7 @@
 import type postgres from 'postgres'
-import { LeaseLostError, SQLSTATE, sqlState } from './errors'
+import { DatabaseUnavailableError, LeaseLostError, SQLSTATE, sqlState } from './errors'
 import { release } from './release'
+import { guardTransaction } from './transaction-guard'
 import type { Clock, Lease, Sql, StoredResponse } from './types'
 
 /** The connection a handler writes through: inside the transaction that completes its key. */
@@ -34,14 +35,34 @@ export type LeasedWork = (tx: TransactionSql) => Promise<StoredResponse>
  * at once, so a retry may run again (invariant 3).
  */
 export async function runWithLease(workPool: postgres.Sql<Record<string, never>>, releasePool: Sql, lease: Lease, work: LeasedWork, clock: Clock = {}): Promise<StoredResponse> {
-  const tx = (await workPool.reserve()) as TransactionSql
+  const reserved = (await workPool.reserve()) as TransactionSql
+  // If the connection is lost mid-work, nothing may be sent through it again,
+  // nor may it go back to the pool: see transaction-guard.ts.
+  let lost = false
+  let connection: { onclose?: (() => void) | null } | undefined
+  let loseConnection: (error: Error) => void = () => undefined
+  // Settles only if the connection goes away; then the request answers at once
+  // (503) instead of after the provider call, e.g. at a shutdown's drain deadline.
+  const connectionLost = new Promise<never>((_, reject) => { loseConnection = reject })
+  connectionLost.catch(() => undefined)
+  const tx = guardTransaction(reserved, () => lost)
   let open = false
   try {
-    const begin = tx`begin`.execute()
+    const begin = tx.unsafe('begin', [], {
+      onexecute(c: { onclose?: (() => void) | null }) {
+        connection = c
+        c.onclose = () => { lost = true; loseConnection(new DatabaseUnavailableError(new Error('connection lost during the transaction'))) }
+        return true
+      },
+    } as postgres.UnsafeQueryOptions).execute()
     const fence = tx<{ lease: string }[]>`
       select lease from idempotency_keys
        where tenant = ${lease.tenant} and key = ${lease.key} and status = 'processing'
          for update nowait`.execute()
+    // If BEGIN fails (connection lost), the fence is never awaited; its
+    // rejection must not go unhandled, which exits the process (seen in
+    // test/chaos/postgres-restart.test.ts: "write CONNECTION_CLOSED", exit 1).
+    fence.catch(() => undefined)
     open = true
     await begin
     const rows = await fence.catch((error: unknown) => {
@@ -49,7 +70,7 @@ export async function runWithLease(workPool: postgres.Sql<Record<string, never>>
     })
     if (rows[0]?.lease !== lease.lease) throw new LeaseLostError()
 
-    const response = await work(tx)
+    const response = await Promise.race([work(tx), connectionLost])
 
     const completed = tx`
       update idempotency_keys
@@ -68,6 +89,7 @@ export async function runWithLease(workPool: postgres.Sql<Record<string, never>>
     if (!(error instanceof LeaseLostError)) await release(releasePool, lease).catch(() => undefined)
     throw error
   } finally {
-    tx.release()
+    if (connection) connection.onclose = null
+    if (!lost) reserved.release()
   }
 }

@@ -1,0 +1,49 @@
+import { DatabaseUnavailableError, isUnavailable } from './errors'
+
+interface QueryInternals {
+  handler: (query: unknown) => void
+  reject: (error: unknown) => void
+}
+
+/**
+ * Wraps a postgres.js reserved connection (or transaction handle) so that
+ * queries made through it after its connection was lost never reach a
+ * connection.
+ *
+ * Why: when the connection under a transaction is lost (database restart,
+ * killed backend) while the handler is busy elsewhere (waiting on the payment
+ * provider), postgres.js 3.4 still sends the handler's next query to the same
+ * connection object. That object is either closed, and the write crashes the
+ * whole process from a timer ("null is not an object (evaluating
+ * 'socket.write')"), or already reconnected for another request, so the stale
+ * INSERT would run in someone else's session, outside the transaction that
+ * completes its key: a payment with no stored answer, paid again by the retry.
+ * Found by test/chaos/postgres-restart.test.ts (the service process died).
+ *
+ * The handle is over when `isOver()` says so (the owner learns of the close
+ * from the connection, see lease.ts) or as soon as a query through it fails
+ * for a lost connection.
+ */
+export function guardTransaction<Handle extends object>(tx: Handle, isOver: () => boolean): Handle {
+  let lost = false
+  const guard = <Q>(query: Q): Q => {
+    const internals = query as unknown as Partial<QueryInternals>
+    if (!(query instanceof Promise) || typeof internals.handler !== 'function' || typeof internals.reject !== 'function') return query
+    const { handler, reject } = internals as QueryInternals
+    internals.reject = (error) => {
+      if (isUnavailable(error)) lost = true
+      reject(error)
+    }
+    internals.handler = (self) => (lost || isOver() ? reject(new DatabaseUnavailableError(new Error('the connection under this transaction was lost'))) : handler(self))
+    return query
+  }
+  return new Proxy(tx, {
+    apply: (target, self, args) => guard(Reflect.apply(target as (...a: unknown[]) => unknown, self, args)),
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver)
+      if ((property === 'unsafe' || property === 'file') && typeof value === 'function')
+        return (...args: unknown[]) => guard((value as (...a: unknown[]) => unknown).apply(target, args))
+      return value
+    },
+  })
+}

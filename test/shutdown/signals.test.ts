@@ -1,0 +1,126 @@
+/**
+ * Graceful shutdown, over real HTTP with requests in flight (the provider
+ * takes 500 ms): SIGTERM to the main process alone (a container runtime),
+ * SIGINT and SIGTERM to the whole process group (Ctrl-C, a process manager),
+ * and SIGTERM to npm under `npm start`. Each time: the listener closes, the
+ * in-flight requests are answered, the pools close, the exit code is 0, and
+ * no key is left in `processing`.
+ */
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { createTestDatabase, type TestDatabase } from '../support/db'
+import { payment, postPayment } from '../support/http'
+import { alive, groupMembers, startDetached, type GroupProcess } from './spawn'
+
+let db: TestDatabase
+const started: GroupProcess[] = []
+beforeAll(async () => {
+  db = await createTestDatabase('shutdown')
+})
+afterAll(async () => {
+  for (const s of started) if (s.proc.exitCode === null) try { process.kill(-s.proc.pid, 'SIGKILL') } catch { /* gone */ }
+  await db?.drop()
+})
+
+const ENV = { PAYMENT_PROVIDER_DELAY_MS: '500' }
+
+async function processingKeys(keys: string[]): Promise<number> {
+  const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where key in ${db.sql(keys)} and status = 'processing'`
+  return row!.n
+}
+
+/** Starts 8 payments and waits until all of them are inside their transactions. */
+async function inFlight(service: GroupProcess) {
+  const keys = Array.from({ length: 8 }, () => crypto.randomUUID())
+  // A connection error is retried with the same key (safe): bun test's fetch may
+  // hold a stale kept-alive connection to a port an earlier file's server used.
+  // After the signal, a retry meets the closed listener, so a dropped request still fails.
+  const post = async (key: string, attempt = 1): Promise<{ status: number; body: string }> => {
+    try {
+      const response = await postPayment(service.url, payment(), { key })
+      return { status: response.status, body: await response.text() }
+    } catch (error) {
+      return attempt < 3 ? post(key, attempt + 1) : { status: 0, body: String(error) }
+    }
+  }
+  const answers = keys.map((key) => post(key))
+  const deadline = Date.now() + 5_000
+  while ((await processingKeys(keys)) < keys.length && Date.now() < deadline) await Bun.sleep(10)
+  expect(await processingKeys(keys)).toBe(keys.length)
+  return { keys, answers }
+}
+
+async function expectDrained(service: GroupProcess, flight: Awaited<ReturnType<typeof inFlight>>, signalled: number) {
+  // The listener closes at once: a new connection is refused while the drain runs.
+  await Bun.sleep(100)
+  const late = await fetch(`${service.url}/healthz`).then((r) => r.status, () => 'refused')
+  const answers = await Promise.all(flight.answers)
+  const code = await service.exited()
+  const drainMs = performance.now() - signalled
+  expect(late).toBe('refused')
+  expect(answers.map((a) => a.status)).toEqual(flight.keys.map(() => 201))
+  expect(code).toBe(0)
+  expect(service.output()).toContain('pools closed')
+  expect(await processingKeys(flight.keys)).toBe(0)
+  const [paidRow] = await db.sql<{ n: number }[]>`select count(*)::int as n from payments where idempotency_key in ${db.sql(flight.keys)}`
+  expect(paidRow?.n).toBe(flight.keys.length)
+  // No connection of the stopped process is left open.
+  const pid = /listening on \S+ \(pid (\d+)\)/.exec(service.output())![1]
+  const [openRow] = await db.sql<{ open: number }[]>`select count(*)::int as open from pg_stat_activity where application_name like ${`idempotent-post:${pid}:%`}`
+  expect(openRow?.open).toBe(0)
+  return drainMs
+}
+
+test('SIGTERM to the main process alone drains in-flight requests and exits 0', async () => {
+  const service = await startDetached([process.execPath, 'src/main.ts'], { DATABASE_URL: db.url, ...ENV })
+  started.push(service)
+  const flight = await inFlight(service)
+  const signalled = performance.now()
+  process.kill(service.proc.pid, 'SIGTERM')
+  const ms = await expectDrained(service, flight, signalled)
+  console.log(`SIGTERM (process): drained 8 in-flight requests and exited 0 in ${ms.toFixed(0)} ms`)
+}, 30_000)
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  test(`${signal} to the whole process group drains in-flight requests and exits 0`, async () => {
+    const service = await startDetached([process.execPath, 'src/main.ts'], { DATABASE_URL: db.url, ...ENV })
+    started.push(service)
+    const flight = await inFlight(service)
+    const signalled = performance.now()
+    process.kill(-service.proc.pid, signal)
+    const ms = await expectDrained(service, flight, signalled)
+    expect(groupMembers(service.proc.pid)).toEqual([])
+    console.log(`${signal} (group): drained 8 in-flight requests and exited 0 in ${ms.toFixed(0)} ms`)
+  }, 30_000)
+}
+
+test('`npm start`: SIGTERM to npm (the main process) reaches the server, which drains; npm exits 0', async () => {
+  const service = await startDetached(['npm', 'start', '--silent'], { DATABASE_URL: db.url, ...ENV })
+  started.push(service)
+  const flight = await inFlight(service)
+  const serverPid = Number(/listening on \S+ \(pid (\d+)\)/.exec(service.output())![1])
+  expect(serverPid).not.toBe(service.proc.pid) // npm is the main process, the server its child
+  const signalled = performance.now()
+  process.kill(service.proc.pid, 'SIGTERM')
+  const ms = await expectDrained(service, flight, signalled)
+  expect(alive(serverPid)).toBe(false)
+  expect(service.output()).toContain('SIGTERM: draining')
+  console.log(`npm start + SIGTERM to npm: drained and exited 0 in ${ms.toFixed(0)} ms`)
+}, 30_000)
+
+test('a drain that outlasts its deadline rolls back and releases the keys still in flight', async () => {
+  // The provider takes 20 s, twice the drain deadline (DRAIN_TIMEOUT_MS in src/lifecycle.ts, 10 s).
+  const service = await startDetached([process.execPath, 'src/main.ts'], { DATABASE_URL: db.url, PAYMENT_PROVIDER_DELAY_MS: '20000' })
+  started.push(service)
+  const flight = await inFlight(service)
+  process.kill(service.proc.pid, 'SIGTERM')
+  const answers = await Promise.all(flight.answers)
+  expect(await service.exited()).toBe(0)
+  expect(service.output()).toContain('drain deadline passed')
+  // Their clients got an answer (503: retry) when the work pool closed under them, not a dropped connection.
+  for (const answer of answers) expect(answer.status).toBe(503)
+  // Nothing stuck, nothing paid: the retry will run afresh.
+  const [keyRow] = await db.sql<{ keys: number }[]>`select count(*)::int as keys from idempotency_keys where key in ${db.sql(flight.keys)}`
+  expect(keyRow?.keys).toBe(0)
+  const [paymentRow] = await db.sql<{ paid: number }[]>`select count(*)::int as paid from payments where idempotency_key in ${db.sql(flight.keys)}`
+  expect(paymentRow?.paid).toBe(0)
+}, 30_000)

@@ -1,0 +1,75 @@
+/**
+ * Starts the service in a process group of its own (detached), so a test can
+ * signal the main process alone (as a container runtime does) or the whole
+ * group (as a terminal's Ctrl-C does).
+ */
+import type { Subprocess } from 'bun'
+import { ADMIN_TOKEN, API_KEYS } from '../support/server'
+
+export interface GroupProcess {
+  readonly proc: Subprocess
+  readonly url: string
+  output(): string
+  /** Resolves with the exit code; rejects past `timeoutMs` (a hung shutdown). */
+  exited(timeoutMs?: number): Promise<number>
+}
+
+export async function startDetached(command: string[], env: Record<string, string | undefined>, options: { cwd?: string; readyPattern?: RegExp } = {}): Promise<GroupProcess> {
+  const base: Record<string, string | undefined> = { ...process.env, HOST: '127.0.0.1', PORT: '0', TEST_ALLOW_PORT_0: '1', API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test' }
+  const proc = Bun.spawn(command, {
+    env: Object.fromEntries(Object.entries({ ...base, ...env }).filter(([, v]) => v !== undefined)) as Record<string, string>,
+    cwd: options.cwd ?? process.cwd(),
+    stdout: 'pipe',
+    stderr: 'pipe',
+    detached: true,
+  })
+  let out = ''
+  const collect = async (stream: ReadableStream<Uint8Array>) => {
+    const decoder = new TextDecoder()
+    const reader = stream.getReader()
+    for (;;) {
+      const { done, value } = await reader.read()
+      if (done) break
+      out += decoder.decode(value)
+    }
+  }
+  void collect(proc.stdout as ReadableStream<Uint8Array>)
+  void collect(proc.stderr as ReadableStream<Uint8Array>)
+  const deadline = Date.now() + 60_000
+  let port: string | undefined
+  while (Date.now() < deadline && proc.exitCode === null) {
+    port = /listening on [^\s]+:(\d+)/.exec(out)?.[1]
+    if (port) break
+    await Bun.sleep(20)
+  }
+  if (!port) {
+    try { process.kill(-proc.pid, 'SIGKILL') } catch { /* gone */ }
+    throw new Error(`service did not start:\n${out}`)
+  }
+  return {
+    proc,
+    url: `http://127.0.0.1:${port}`,
+    output: () => out,
+    async exited(timeoutMs = 30_000) {
+      const timeout = Bun.sleep(timeoutMs).then(() => { throw new Error(`no exit within ${timeoutMs} ms:\n${out}`) })
+      const code = await Promise.race([proc.exited, timeout])
+      await Bun.sleep(50) // let the last output arrive
+      return code
+    },
+  }
+}
+
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Pids of the processes in a process group (from /proc), the leader included. */
+export function groupMembers(pgid: number): number[] {
+  const result = Bun.spawnSync(['ps', '-o', 'pid=', '-g', String(pgid)])
+  return result.stdout.toString().split('\n').map((s) => Number(s.trim())).filter((n) => n > 0)
+}
