@@ -14,6 +14,14 @@ export const DEFAULT_RETENTION_SECONDS = 86_400
 /** 64 KiB: a payment is under 1 KiB; anything far larger is abuse. */
 export const DEFAULT_MAX_BODY_BYTES = 65_536
 export const MIN_MAX_BODY_BYTES = 1024
+/** 5 s: see DEFAULT_GAUGE_CACHE_MS in metrics/gauges.ts for why. */
+export const DEFAULT_METRICS_CACHE_MS = 5_000
+/** One minute: expired keys are harmless (a claim treats them as new), so the purge need not hurry. */
+export const DEFAULT_PURGE_INTERVAL_MS = 60_000
+/** Relative to the working directory, like `npm start` is run from the checkout. */
+export const DEFAULT_EMBEDDED_DIR = '.data/pg'
+/** Off the standard 5432, so it never collides with a PostgreSQL already installed. */
+export const DEFAULT_EMBEDDED_PORT = 54329
 
 export interface Config {
   /** A real server's URL, or undefined for the embedded PostgreSQL. */
@@ -39,6 +47,16 @@ export interface Config {
   readonly workers: number
   /** Larger request bodies get 413. */
   readonly maxBodyBytes: number
+  /** The database gauges at /metrics are recomputed at most once per this many ms (METRICS_CACHE_MS). */
+  readonly metricsCacheMs: number
+  /** BENCH_BASELINE_ROUTE=1: `npm run bench` only; adds the non-idempotent yardstick route (payments/bench-baseline.ts). */
+  readonly benchBaselineRoute: boolean
+  /** How often each process runs the retention purge of completed keys (PURGE_INTERVAL_MS). */
+  readonly purgeIntervalMs: number
+  /** Data directory of the embedded PostgreSQL, used when DATABASE_URL is unset (EMBEDDED_PG_DIR, default .data/pg). */
+  readonly embeddedDir: string
+  /** Port of the embedded PostgreSQL (EMBEDDED_PG_PORT, default 54329, off the standard 5432). */
+  readonly embeddedPort: number
   readonly production: boolean
 }
 
@@ -119,6 +137,11 @@ export function loadConfig(env: Env = process.env): Config {
     providerFailureRate: fraction(env, 'PAYMENT_PROVIDER_FAILURE_RATE'),
     workers: integer(env, 'WORKERS', 1, 1, 256),
     maxBodyBytes: integer(env, 'MAX_BODY_BYTES', DEFAULT_MAX_BODY_BYTES, MIN_MAX_BODY_BYTES),
+    metricsCacheMs: integer(env, 'METRICS_CACHE_MS', DEFAULT_METRICS_CACHE_MS, 0, 3_600_000),
+    benchBaselineRoute: integer(env, 'BENCH_BASELINE_ROUTE', 0, 0, 1) === 1,
+    purgeIntervalMs: integer(env, 'PURGE_INTERVAL_MS', DEFAULT_PURGE_INTERVAL_MS, 100, 86_400_000),
+    embeddedDir: env.EMBEDDED_PG_DIR?.trim() || DEFAULT_EMBEDDED_DIR,
+    embeddedPort: integer(env, 'EMBEDDED_PG_PORT', DEFAULT_EMBEDDED_PORT, 1, 65535),
     production,
   })
 }

@@ -4,14 +4,17 @@ import { bearerTenant } from './http/auth'
 import { InFlight } from './http/in-flight'
 import { observed } from './http/observe'
 import { problemResponse, problems, type Problem } from './http/problem'
-import type { Metrics } from './metrics/registry'
+import { primeRoute, type Metrics } from './metrics/registry'
 import type { ClusterMetrics } from './metrics/cluster'
 import { exposition } from './metrics/exposition'
 import type { DatabaseGauges } from './metrics/gauges'
-import { paymentsRoutes } from './payments/routes'
+import { PAYMENTS_ROUTE, paymentsRoutes } from './payments/routes'
 import { createProvider, type Charge } from './payments/provider'
+import { benchBaselineRoute } from './payments/bench-baseline'
 import { databaseAnswers, type Pools } from './store/db'
+import type { DatabaseHealth } from './store/health'
 import { isUnavailable } from './core/errors'
+import { adminRoutes } from './admin/routes'
 
 export interface AppDependencies {
   readonly config: Config
@@ -23,13 +26,19 @@ export interface AppDependencies {
   readonly cluster?: ClusterMetrics
   readonly inFlight?: InFlight
   readonly charge?: Charge
+  /** When given, requests that need the database are answered 503 at once while it is known to be away. */
+  readonly health?: DatabaseHealth
   /** Tests move the engine's clock with this. */
   readonly now?: () => Date | undefined
 }
 
+/** Routes that cannot answer without the database. */
+const NEEDS_DATABASE = /^\/(api|admin)(\/|$)/
+
 /** The payments service as an Elysia app, without a listening socket (tests call `app.handle`). */
 export function buildApp(deps: AppDependencies) {
   const { config, pools, metrics } = deps
+  primeRoute(metrics, PAYMENTS_ROUTE)
   const charge = deps.charge ?? createProvider({ delayMs: config.providerDelayMs, failureRate: config.providerFailureRate })
   return new Elysia({ name: 'idempotent-post-service' })
     .onError(({ code, error }) => {
@@ -45,9 +54,14 @@ export function buildApp(deps: AppDependencies) {
       console.error('unhandled error:', error instanceof Error ? error.message : error)
       return problemResponse(problems.internal())
     })
+    // Fail fast while the database is away, instead of queueing behind reconnects (store/health.ts).
+    .onRequest(({ request }) => {
+      if (deps.health && !deps.health.up && NEEDS_DATABASE.test(new URL(request.url).pathname))
+        return problemResponse(problems.unavailable(), { 'retry-after': '2' })
+    })
     .get('/healthz', () => Response.json({ status: 'ok' }))
     .get('/readyz', async () =>
-      (await databaseAnswers(pools.short))
+      (deps.health?.up ?? true) && (await databaseAnswers(pools.short))
         ? Response.json({ status: 'ready' })
         : problemResponse({ code: 'not-ready', status: 503, title: 'Not ready', detail: 'The database does not answer.' }, { 'retry-after': '2' }))
     .get('/metrics', async () => {
@@ -71,6 +85,18 @@ export function buildApp(deps: AppDependencies) {
       ...(deps.inFlight ? { inFlight: deps.inFlight } : {}),
       ...(deps.now ? { now: deps.now } : {}),
     }))
+    .use(adminRoutes({
+      pools,
+      adminToken: config.adminToken,
+      ttlSeconds: config.ttlSeconds,
+      retentionSeconds: config.retentionSeconds,
+      metrics,
+      ...(deps.now ? { now: deps.now } : {}),
+    }))
+    // `npm run bench` only (BENCH_BASELINE_ROUTE=1): the non-idempotent yardstick route.
+    .use(config.benchBaselineRoute
+      ? benchBaselineRoute({ pools, charge, tenant: bearerTenant(config.apiKeys), maxBodyBytes: config.maxBodyBytes })
+      : new Elysia({ name: 'bench-baseline-off' }))
 }
 
 export type App = ReturnType<typeof buildApp>
