@@ -28,8 +28,19 @@ const SECURITY_HEADERS = {
   'cache-control': 'no-store',
 }
 
-export function htmlResponse(html: string, status = 200, headers: Record<string, string> = {}): Response {
-  return new Response(html, { status, headers: { 'content-type': 'text/html; charset=utf-8', ...SECURITY_HEADERS, ...headers } })
+/** A rendered page; routes.ts sends it through @elysiajs/html with the security headers. */
+export class RenderedPage {
+  readonly headers: Record<string, string>
+  constructor(readonly html: string, readonly status: number, headers: Record<string, string>) {
+    this.headers = { 'content-type': 'text/html; charset=utf-8', ...SECURITY_HEADERS, ...headers }
+  }
+}
+
+/** What an admin handler answers: a page to render, or a plain Response (redirects). */
+export type AdminAnswer = Response | RenderedPage
+
+export function htmlResponse(html: string, status = 200, headers: Record<string, string> = {}): RenderedPage {
+  return new RenderedPage(html, status, headers)
 }
 
 function redirect(location: string, headers: Record<string, string> = {}): Response {
@@ -46,7 +57,7 @@ async function readForm(request: Request): Promise<URLSearchParams | undefined> 
 const isHttps = (request: Request) => new URL(request.url).protocol === 'https:'
 
 /** Handles every /admin path that is not /admin/api. Unauthenticated requests see only the sign-in page. */
-export async function handlePage(context: PageContext, request: Request, url: URL, path: string): Promise<Response> {
+export async function handlePage(context: PageContext, request: Request, url: URL, path: string): Promise<AdminAnswer> {
   const method = request.method.toUpperCase()
   if (path === '/admin/login') {
     if (method === 'GET') return htmlResponse(await SignInPage({}))
@@ -77,7 +88,7 @@ export async function handlePage(context: PageContext, request: Request, url: UR
   return htmlResponse(await MessagePage({ title: 'Not found', message: 'No such admin page.', operator }), 404)
 }
 
-async function signIn(context: PageContext, request: Request): Promise<Response> {
+async function signIn(context: PageContext, request: Request): Promise<AdminAnswer> {
   const form = await readForm(request)
   // Login CSRF: a foreign site must not sign a browser in under its own session either.
   if (!sameOrigin(request) || !form) return htmlResponse(await SignInPage({ error: 'Sign-in refused: the form was not sent from this page.' }), 403)
@@ -88,7 +99,7 @@ async function signIn(context: PageContext, request: Request): Promise<Response>
   return redirect('/admin', { 'set-cookie': sessionCookie(cookie, isHttps(request)) })
 }
 
-async function keysPage(context: PageContext, operator: { name: string; csrf: string }, url: URL): Promise<Response> {
+async function keysPage(context: PageContext, operator: { name: string; csrf: string }, url: URL): Promise<AdminAnswer> {
   const filters = parseFilters(url.searchParams)
   if (!filters.ok) return htmlResponse(await MessagePage({ title: 'Bad filter', message: filters.error, operator }), 400)
   const rawCursor = url.searchParams.get('after')
@@ -112,7 +123,7 @@ async function keysPage(context: PageContext, operator: { name: string; csrf: st
   return htmlResponse(html, 200, { 'server-timing': timing })
 }
 
-async function auditPage(context: PageContext, operator: { name: string; csrf: string }, url: URL): Promise<Response> {
+async function auditPage(context: PageContext, operator: { name: string; csrf: string }, url: URL): Promise<AdminAnswer> {
   const before = url.searchParams.get('before')
   if (before !== null && !/^\d{1,18}$/.test(before)) return htmlResponse(await MessagePage({ title: 'Bad page link', message: 'That page link is not one this page made.', operator }), 400)
   const entries = await listAudit(context.sql, { before: before ?? undefined, limit: AUDIT_PAGE_SIZE })
@@ -121,7 +132,7 @@ async function auditPage(context: PageContext, operator: { name: string; csrf: s
   return htmlResponse(await AuditPage({ operator, entries, nextHref }))
 }
 
-async function confirmPage(context: PageContext, operator: { name: string; csrf: string }, url: URL): Promise<Response> {
+async function confirmPage(context: PageContext, operator: { name: string; csrf: string }, url: URL): Promise<AdminAnswer> {
   const filters = parseFilters(url.searchParams)
   if (!filters.ok) return htmlResponse(await MessagePage({ title: 'Bad filter', message: filters.error, operator }), 400)
   const tenant = filters.value.tenant
@@ -134,7 +145,7 @@ async function confirmPage(context: PageContext, operator: { name: string; csrf:
   return htmlResponse(await ConfirmExpireStalePage({ operator, stale: row!.stale, asOf: row!.as_of, tenant, ttlSeconds: context.ttlSeconds }))
 }
 
-async function expireOne(context: PageContext, session: Session, form: URLSearchParams): Promise<Response> {
+async function expireOne(context: PageContext, session: Session, form: URLSearchParams): Promise<AdminAnswer> {
   const tenant = form.get('tenant') ?? ''
   const key = form.get('key') ?? ''
   const lease = form.get('lease')
@@ -144,7 +155,7 @@ async function expireOne(context: PageContext, session: Session, form: URLSearch
   return redirect(`/admin?result=${result.auditId}`)
 }
 
-async function expireAll(context: PageContext, session: Session, form: URLSearchParams): Promise<Response> {
+async function expireAll(context: PageContext, session: Session, form: URLSearchParams): Promise<AdminAnswer> {
   const asOf = new Date(form.get('as_of') ?? '')
   if (Number.isNaN(asOf.getTime())) return htmlResponse(await MessagePage({ title: 'Bad request', message: 'The confirmation lacks its time.', operator: session }), 400)
   const tenant = form.get('tenant')?.trim() || undefined

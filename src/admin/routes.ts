@@ -1,10 +1,11 @@
+import { html } from '@elysiajs/html'
 import { Elysia } from 'elysia'
 import { isUnavailable } from '../core/errors'
 import { problemResponse, problems } from '../http/problem'
 import type { Metrics } from '../metrics/registry'
 import type { Pools } from '../store/db'
 import { handleApi } from './api'
-import { handlePage, htmlResponse, type PageContext } from './page'
+import { handlePage, htmlResponse, RenderedPage, type AdminAnswer, type PageContext } from './page'
 import { MessagePage } from './pages'
 import { SessionKeys } from './session'
 
@@ -36,7 +37,7 @@ export function adminRoutes(options: AdminOptions) {
     keys: new SessionKeys(options.adminToken),
   }
 
-  async function admin(request: Request): Promise<Response> {
+  async function admin(request: Request): Promise<AdminAnswer> {
     const url = new URL(request.url)
     const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname
     const isApi = path === '/admin/api' || path.startsWith('/admin/api/')
@@ -51,7 +52,19 @@ export function adminRoutes(options: AdminOptions) {
     }
   }
 
+  // @elysiajs/html registers its hooks globally; kept inside this sub-app, they
+  // never run on the payments API's requests.
+  const pages = new Elysia({ name: 'admin-pages' }).use(html({ autoDetect: false }))
+  const respond = async ({ request, html: render, set }: { request: Request; html: (value: string) => unknown; set: { status?: number | string; headers: Record<string, string | number> } }) => {
+    const answer = await admin(request)
+    if (!(answer instanceof RenderedPage)) return answer
+    set.status = answer.status
+    Object.assign(set.headers, answer.headers)
+    return render(answer.html)
+  }
+  pages.all('/admin', respond, { parse: 'none' }).all('/admin/*', respond, { parse: 'none' })
+
   return new Elysia({ name: 'admin' })
-    .all('/admin', ({ request }) => admin(request), { parse: 'none' })
-    .all('/admin/*', ({ request }) => admin(request), { parse: 'none' })
+    .all('/admin', ({ request }) => pages.handle(request), { parse: 'none' })
+    .all('/admin/*', ({ request }) => pages.handle(request), { parse: 'none' })
 }

@@ -17,8 +17,14 @@ export type LeasedWork = (tx: TransactionSql) => Promise<StoredResponse>
  * (invariant 4).
  *
  * Concurrency: the transaction's first statement locks the key row FOR UPDATE
- * NOWAIT and checks the lease, before `work` runs, so no side effect (the
- * provider call) ever starts under a lost claim. Holding that lock is how a
+ * and checks the lease, before `work` runs, so no side effect (the provider
+ * call) ever starts under a lost claim. It waits (bounded by lock_timeout)
+ * rather than NOWAIT: whoever else locks a processing row holds it for one
+ * statement (a reclaimer, a force-expire, or the purge, whose SKIP LOCKED
+ * scan briefly locks a row it re-checks and skips), and the lease read after
+ * the wait says whether the key is still ours. NOWAIT here turned the purge's
+ * passing lock into false "lease lost" answers that stranded the key for a
+ * TTL (test/maintenance/retention-purge.test.ts). Holding that lock is how a
  * worker shows it is alive: reclaim and force-expire use NOWAIT and give up on
  * a locked row, so a slow worker is never robbed mid-flight. A claim's
  * INSERT ... ON CONFLICT DO NOTHING does not wait on a FOR UPDATE lock, so
@@ -58,7 +64,7 @@ export async function runWithLease(workPool: postgres.Sql<Record<string, never>>
     const fence = tx<{ lease: string }[]>`
       select lease from idempotency_keys
        where tenant = ${lease.tenant} and key = ${lease.key} and status = 'processing'
-         for update nowait`.execute()
+         for update`.execute()
     // If BEGIN fails (connection lost), the fence is never awaited; its
     // rejection must not go unhandled, which exits the process (seen in
     // test/chaos/postgres-restart.test.ts: "write CONNECTION_CLOSED", exit 1).
