@@ -1,4 +1,5 @@
 import type { Subprocess } from 'bun'
+import { captureOutput, waitForListening } from '../test/support/process'
 
 export const BENCH_API_KEY = 'bench-key'
 export const BENCH_TENANT = 'bench'
@@ -27,27 +28,11 @@ export async function startService(databaseUrl: string, env: Record<string, stri
     stdout: 'pipe',
     stderr: 'pipe',
   })
-  let out = ''
-  const collect = async (stream: ReadableStream<Uint8Array>) => {
-    const decoder = new TextDecoder()
-    const reader = stream.getReader()
-    for (;;) {
-      const { done, value } = await reader.read()
-      if (done) return
-      out += decoder.decode(value)
-    }
-  }
-  void collect(proc.stdout as ReadableStream<Uint8Array>)
-  void collect(proc.stderr as ReadableStream<Uint8Array>)
-  const deadline = Date.now() + 30_000
-  let port: string | undefined
-  while (Date.now() < deadline && proc.exitCode === null && !port) {
-    port = /listening on [^\s]+:(\d+)/.exec(out)?.[1]
-    if (!port) await Bun.sleep(20)
-  }
+  const out = captureOutput(proc)
+  const port = await waitForListening(proc, out, 30_000)
   if (!port) {
     proc.kill('SIGKILL')
-    throw new Error(`the service did not start:\n${out}`)
+    throw new Error(`the service did not start:\n${out()}`)
   }
   return {
     url: `http://127.0.0.1:${port}`,

@@ -5,6 +5,7 @@
  */
 import type { Subprocess } from 'bun'
 import { ADMIN_TOKEN, API_KEYS } from '../support/server'
+import { captureOutput, waitForListening } from '../support/process'
 
 export interface GroupProcess {
   readonly proc: Subprocess
@@ -23,35 +24,18 @@ export async function startDetached(command: string[], env: Record<string, strin
     stderr: 'pipe',
     detached: true,
   })
-  let out = ''
-  const collect = async (stream: ReadableStream<Uint8Array>) => {
-    const decoder = new TextDecoder()
-    const reader = stream.getReader()
-    for (;;) {
-      const { done, value } = await reader.read()
-      if (done) break
-      out += decoder.decode(value)
-    }
-  }
-  void collect(proc.stdout as ReadableStream<Uint8Array>)
-  void collect(proc.stderr as ReadableStream<Uint8Array>)
-  const deadline = Date.now() + 60_000
-  let port: string | undefined
-  while (Date.now() < deadline && proc.exitCode === null) {
-    port = /listening on [^\s]+:(\d+)/.exec(out)?.[1]
-    if (port) break
-    await Bun.sleep(20)
-  }
+  const out = captureOutput(proc)
+  const port = await waitForListening(proc, out, 60_000)
   if (!port) {
     try { process.kill(-proc.pid, 'SIGKILL') } catch { /* gone */ }
-    throw new Error(`service did not start:\n${out}`)
+    throw new Error(`service did not start:\n${out()}`)
   }
   return {
     proc,
     url: `http://127.0.0.1:${port}`,
-    output: () => out,
+    output: out,
     async exited(timeoutMs = 30_000) {
-      const timeout = Bun.sleep(timeoutMs).then(() => { throw new Error(`no exit within ${timeoutMs} ms:\n${out}`) })
+      const timeout = Bun.sleep(timeoutMs).then(() => { throw new Error(`no exit within ${timeoutMs} ms:\n${out()}`) })
       const code = await Promise.race([proc.exited, timeout])
       await Bun.sleep(50) // let the last output arrive
       return code

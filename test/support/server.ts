@@ -1,4 +1,5 @@
 import type { Subprocess } from 'bun'
+import { captureOutput, waitForListening } from './process'
 
 export interface ServerProcess {
   readonly url: string
@@ -32,28 +33,16 @@ export async function startServer(databaseUrl: string, env: Record<string, strin
     stdout: 'pipe',
     stderr: 'pipe',
   })
-  let out = ''
-  const collect = async (stream: ReadableStream<Uint8Array>) => {
-    const decoder = new TextDecoder()
-    for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) out += decoder.decode(chunk, { stream: true })
-  }
-  void collect(proc.stdout as ReadableStream<Uint8Array>)
-  void collect(proc.stderr as ReadableStream<Uint8Array>)
-  const deadline = Date.now() + 20_000
-  let port: string | undefined
-  while (Date.now() < deadline && proc.exitCode === null) {
-    port = /listening on [^\s]+:(\d+)/.exec(out)?.[1]
-    if (port) break
-    await Bun.sleep(20)
-  }
+  const out = captureOutput(proc)
+  const port = await waitForListening(proc, out, 20_000)
   if (!port) {
     proc.kill('SIGKILL')
-    throw new Error(`server did not start:\n${out}`)
+    throw new Error(`server did not start:\n${out()}`)
   }
   return {
     url: `http://127.0.0.1:${port}`,
     proc,
-    output: () => out,
+    output: out,
     async stop(signal = 'SIGTERM') {
       if (proc.exitCode === null) proc.kill(signal)
       return proc.exited
