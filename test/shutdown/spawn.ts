@@ -5,7 +5,7 @@
  */
 import type { Subprocess } from 'bun'
 import { ADMIN_TOKEN, API_KEYS } from '../support/server'
-import { captureOutput, waitForListening } from '../support/process'
+import { spawnService } from '../support/process'
 
 export interface GroupProcess {
   readonly proc: Subprocess
@@ -15,24 +15,17 @@ export interface GroupProcess {
   exited(timeoutMs?: number): Promise<number>
 }
 
-export async function startDetached(command: string[], env: Record<string, string | undefined>, options: { cwd?: string; readyPattern?: RegExp } = {}): Promise<GroupProcess> {
-  const base: Record<string, string | undefined> = { ...process.env, HOST: '127.0.0.1', PORT: '0', TEST_ALLOW_PORT_0: '1', API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test' }
-  const proc = Bun.spawn(command, {
-    env: Object.fromEntries(Object.entries({ ...base, ...env }).filter(([, v]) => v !== undefined)) as Record<string, string>,
-    cwd: options.cwd ?? process.cwd(),
-    stdout: 'pipe',
-    stderr: 'pipe',
+export async function startDetached(command: string[], env: Record<string, string | undefined>, options: { cwd?: string } = {}): Promise<GroupProcess> {
+  const { proc, url, output: out } = await spawnService({
+    command,
+    env: { API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test', ...env },
     detached: true,
+    ...(options.cwd ? { cwd: options.cwd } : {}),
+    timeoutMs: 60_000,
   })
-  const out = captureOutput(proc)
-  const port = await waitForListening(proc, out, 60_000)
-  if (!port) {
-    try { process.kill(-proc.pid, 'SIGKILL') } catch { /* gone */ }
-    throw new Error(`service did not start:\n${out()}`)
-  }
   return {
     proc,
-    url: `http://127.0.0.1:${port}`,
+    url,
     output: out,
     async exited(timeoutMs = 30_000) {
       const timeout = Bun.sleep(timeoutMs).then(() => { throw new Error(`no exit within ${timeoutMs} ms:\n${out()}`) })

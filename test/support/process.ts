@@ -27,3 +27,44 @@ export async function waitForListening(proc: Subprocess, output: () => string, t
   }
   return undefined
 }
+
+export interface SpawnedService {
+  readonly proc: Subprocess
+  readonly url: string
+  /** Everything the service printed so far. */
+  readonly output: () => string
+}
+
+export interface SpawnOptions {
+  /** @default [bun, 'src/main.ts'] */
+  readonly command?: string[]
+  /** Merged over the process environment and the loopback, free-port defaults; undefined removes a variable. */
+  readonly env?: Record<string, string | undefined>
+  /** In a process group of its own, so a test can signal the whole group. */
+  readonly detached?: boolean
+  readonly cwd?: string
+  readonly timeoutMs?: number
+}
+
+/**
+ * Starts the service as users run it, on 127.0.0.1 and a free port (PORT=0),
+ * and waits for its "listening" line; kills it and throws with its output if
+ * it does not come up.
+ */
+export async function spawnService(options: SpawnOptions = {}): Promise<SpawnedService> {
+  const env = { ...process.env, HOST: '127.0.0.1', PORT: '0', TEST_ALLOW_PORT_0: '1', ...options.env }
+  const proc = Bun.spawn(options.command ?? [process.execPath, 'src/main.ts'], {
+    env: Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined)) as Record<string, string>,
+    cwd: options.cwd ?? process.cwd(),
+    stdout: 'pipe',
+    stderr: 'pipe',
+    detached: options.detached ?? false,
+  })
+  const output = captureOutput(proc)
+  const port = await waitForListening(proc, output, options.timeoutMs ?? 20_000)
+  if (!port) {
+    try { process.kill(options.detached ? -proc.pid : proc.pid, 'SIGKILL') } catch { /* gone */ }
+    throw new Error(`the service did not start:\n${output()}`)
+  }
+  return { proc, url: `http://127.0.0.1:${port}`, output }
+}

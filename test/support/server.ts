@@ -1,5 +1,5 @@
 import type { Subprocess } from 'bun'
-import { captureOutput, waitForListening } from './process'
+import { spawnService } from './process'
 
 export interface ServerProcess {
   readonly url: string
@@ -18,31 +18,11 @@ export const ADMIN_TOKEN = 'test-admin-token-123'
  * user runs it, over real HTTP.
  */
 export async function startServer(databaseUrl: string, env: Record<string, string> = {}): Promise<ServerProcess> {
-  const proc = Bun.spawn([process.execPath, 'src/main.ts'], {
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl,
-      HOST: '127.0.0.1',
-      PORT: '0',
-      TEST_ALLOW_PORT_0: '1',
-      API_KEYS,
-      ADMIN_TOKEN,
-      NODE_ENV: 'test',
-      ...env,
-    },
-    stdout: 'pipe',
-    stderr: 'pipe',
-  })
-  const out = captureOutput(proc)
-  const port = await waitForListening(proc, out, 20_000)
-  if (!port) {
-    proc.kill('SIGKILL')
-    throw new Error(`server did not start:\n${out()}`)
-  }
+  const { proc, url, output } = await spawnService({ env: { DATABASE_URL: databaseUrl, API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test', ...env } })
   return {
-    url: `http://127.0.0.1:${port}`,
+    url,
     proc,
-    output: out,
+    output,
     async stop(signal = 'SIGTERM') {
       if (proc.exitCode === null) proc.kill(signal)
       return proc.exited
