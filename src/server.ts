@@ -39,6 +39,7 @@ const NEEDS_DATABASE = /^\/(api|admin)(\/|$)/
 export function buildApp(deps: AppDependencies) {
   const { config, pools, metrics } = deps
   primeRoute(metrics, PAYMENTS_ROUTE)
+  const tenant = bearerTenant(config.apiKeys)
   const charge = deps.charge ?? createProvider({ delayMs: config.providerDelayMs, failureRate: config.providerFailureRate })
   return new Elysia({ name: 'idempotent-post-service' })
     .onError(({ code, error }) => {
@@ -77,7 +78,7 @@ export function buildApp(deps: AppDependencies) {
     .use(paymentsRoutes({
       pools,
       charge,
-      tenant: bearerTenant(config.apiKeys),
+      tenant,
       ttlSeconds: config.ttlSeconds,
       retentionSeconds: config.retentionSeconds,
       maxBodyBytes: config.maxBodyBytes,
@@ -95,7 +96,7 @@ export function buildApp(deps: AppDependencies) {
     }))
     // `npm run bench` only (BENCH_BASELINE_ROUTE=1): the non-idempotent yardstick route.
     .use(config.benchBaselineRoute
-      ? benchBaselineRoute({ pools, charge, tenant: bearerTenant(config.apiKeys), maxBodyBytes: config.maxBodyBytes })
+      ? benchBaselineRoute({ pools, charge, tenant, maxBodyBytes: config.maxBodyBytes })
       : new Elysia({ name: 'bench-baseline-off' }))
 }
 
@@ -106,9 +107,7 @@ export type App = ReturnType<typeof buildApp>
  * above it, and we want our problem+json 413. Nothing is buffered past our
  * limit anyway (http/body.ts stops reading there).
  */
-export function bunBodyCap(_maxBodyBytes: number): number {
-  return 1024 * 1024 * 1024
-}
+const BUN_BODY_CAP_BYTES = 1024 * 1024 * 1024
 
 export function serve(app: App, deps: AppDependencies, options: { reusePort?: boolean } = {}) {
   const fetch = observed(deps.metrics, (request) => app.handle(request))
@@ -116,7 +115,7 @@ export function serve(app: App, deps: AppDependencies, options: { reusePort?: bo
     hostname: deps.config.host,
     port: deps.config.port,
     reusePort: options.reusePort ?? false,
-    maxRequestBodySize: bunBodyCap(deps.config.maxBodyBytes),
+    maxRequestBodySize: BUN_BODY_CAP_BYTES,
     fetch,
     error(error) {
       console.error('server error:', error.message)
