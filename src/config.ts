@@ -22,10 +22,16 @@ export const DEFAULT_PURGE_INTERVAL_MS = 60_000
 export const DEFAULT_EMBEDDED_DIR = '.data/pg'
 /** Off the standard 5432, so it never collides with a PostgreSQL already installed. */
 export const DEFAULT_EMBEDDED_PORT = 54329
+/** Where the bundled provider simulator listens when PAYMENT_PROVIDER_URL is unset (SPEC). */
+export const DEFAULT_PROVIDER_PORT = 3001
+/** The simulator's durable ledger, relative to the working directory like the embedded data. */
+export const DEFAULT_PROVIDER_LEDGER = '.data/provider/ledger.sqlite'
 
 export interface Config {
   /** A real server's URL, or undefined for the embedded PostgreSQL. */
   readonly databaseUrl: string | undefined
+  /** DATABASE_PGBOUNCER=1: DATABASE_URL is a PgBouncer in transaction mode: no prepared statements, no session settings as startup parameters (docs/scaling.md). */
+  readonly databasePgbouncer: boolean
   readonly host: string
   readonly port: number
   /** API key → tenant. */
@@ -39,10 +45,18 @@ export interface Config {
   readonly ttlSeconds: number
   /** How long a completed key is replayed. */
   readonly retentionSeconds: number
-  /** Simulated latency of the payment provider call. */
+  /** Base URL of the payment provider, or undefined: `npm start` runs the bundled simulator. */
+  readonly providerUrl: string | undefined
+  /** Simulator only: where it listens when providerUrl is unset. */
+  readonly providerPort: number
+  /** Simulator only: latency of every charge. */
   readonly providerDelayMs: number
-  /** Share (0..1) of provider calls that fail. */
+  /** Simulator only: share (0..1) of charges refused with a 5xx before anything is charged. */
   readonly providerFailureRate: number
+  /** Simulator only: share (0..1) of charges made and recorded whose answer is lost (connection dropped). */
+  readonly providerLostResponseRate: number
+  /** Simulator only: its ledger file (PAYMENT_PROVIDER_LEDGER). */
+  readonly providerLedger: string
   /** Server processes sharing the port. */
   readonly workers: number
   /** Larger request bodies get 413. */
@@ -125,16 +139,21 @@ export function loadConfig(env: Env = process.env): Config {
     throw new ConfigError('DATABASE_URL', 'must be a postgres:// or postgresql:// URL')
   return Object.freeze({
     databaseUrl,
+    databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1,
     host: env.HOST?.trim() || DEFAULT_HOST,
-    port: integer(env, 'PORT', DEFAULT_PORT, 0, 65535) || badPort(env),
+    port: integer(env, 'PORT', DEFAULT_PORT, 0, 65535) || badPort(env, 'PORT'),
     apiKeys: keys,
     demoKeys: demo,
     adminToken: adminToken || randomToken(),
     adminTokenGenerated: !adminToken,
     ttlSeconds,
     retentionSeconds,
+    providerUrl: providerUrl(env),
+    providerPort: integer(env, 'PAYMENT_PROVIDER_PORT', DEFAULT_PROVIDER_PORT, 0, 65535) || badPort(env, 'PAYMENT_PROVIDER_PORT'),
     providerDelayMs: integer(env, 'PAYMENT_PROVIDER_DELAY_MS', 0, 0),
     providerFailureRate: fraction(env, 'PAYMENT_PROVIDER_FAILURE_RATE'),
+    providerLostResponseRate: fraction(env, 'PAYMENT_PROVIDER_LOST_RESPONSE_RATE'),
+    providerLedger: env.PAYMENT_PROVIDER_LEDGER?.trim() || DEFAULT_PROVIDER_LEDGER,
     workers: integer(env, 'WORKERS', 1, 1, 256),
     maxBodyBytes: integer(env, 'MAX_BODY_BYTES', DEFAULT_MAX_BODY_BYTES, MIN_MAX_BODY_BYTES),
     metricsCacheMs: integer(env, 'METRICS_CACHE_MS', DEFAULT_METRICS_CACHE_MS, 0, 3_600_000),
@@ -146,8 +165,22 @@ export function loadConfig(env: Env = process.env): Config {
   })
 }
 
-/** PORT=0 (any free port) is allowed only for tests, through the explicit TEST_ALLOW_PORT_0 switch. */
-function badPort(env: Env): number {
+/** Port 0 (any free port) is allowed only for tests, through the explicit TEST_ALLOW_PORT_0 switch. */
+function badPort(env: Env, name: string): number {
   if (env.TEST_ALLOW_PORT_0 === '1') return 0
-  throw new ConfigError('PORT', 'must be between 1 and 65535, got 0')
+  throw new ConfigError(name, 'must be between 1 and 65535, got 0')
+}
+
+function providerUrl(env: Env): string | undefined {
+  const raw = env.PAYMENT_PROVIDER_URL?.trim()
+  if (!raw) return undefined
+  let url: URL
+  try {
+    url = new URL(raw)
+  } catch {
+    throw new ConfigError('PAYMENT_PROVIDER_URL', `must be an http:// or https:// URL, got ${JSON.stringify(raw)}`)
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new ConfigError('PAYMENT_PROVIDER_URL', `must be an http:// or https:// URL, got ${JSON.stringify(raw)}`)
+  return raw.replace(/\/+$/, '')
 }

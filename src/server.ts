@@ -9,7 +9,7 @@ import type { ClusterMetrics } from './metrics/cluster'
 import { exposition } from './metrics/exposition'
 import type { DatabaseGauges } from './metrics/gauges'
 import { PAYMENTS_ROUTE, paymentsRoutes } from './payments/routes'
-import { createProvider, type Charge } from './payments/provider'
+import { providerClient, type PaymentProvider } from './provider/client'
 import { benchBaselineRoute } from './payments/bench-baseline'
 import { databaseAnswers, type Pools } from './store/db'
 import type { DatabaseHealth } from './store/health'
@@ -25,7 +25,10 @@ export interface AppDependencies {
   /** WORKERS>1: /metrics sums the per-process metrics of all workers. */
   readonly cluster?: ClusterMetrics
   readonly inFlight?: InFlight
-  readonly charge?: Charge
+  /** The payment provider; @default a client of config.providerUrl. */
+  readonly provider?: PaymentProvider
+  /** This process's heartbeat id, the owner of the keys it claims. */
+  readonly owner?: () => string | undefined
   /** When given, requests that need the database are answered 503 at once while it is known to be away. */
   readonly health?: DatabaseHealth
   /** Tests move the engine's clock with this. */
@@ -40,7 +43,7 @@ export function buildApp(deps: AppDependencies) {
   const { config, pools, metrics } = deps
   primeRoute(metrics, PAYMENTS_ROUTE)
   const tenant = bearerTenant(config.apiKeys)
-  const charge = deps.charge ?? createProvider({ delayMs: config.providerDelayMs, failureRate: config.providerFailureRate })
+  const provider = deps.provider ?? providerFor(config)
   return new Elysia({ name: 'idempotent-post-service' })
     .onError(({ code, error }) => {
       if (code === 'NOT_FOUND') return problemResponse(problems.notFound())
@@ -77,13 +80,14 @@ export function buildApp(deps: AppDependencies) {
     })
     .use(paymentsRoutes({
       pools,
-      charge,
+      provider,
       tenant,
       ttlSeconds: config.ttlSeconds,
       retentionSeconds: config.retentionSeconds,
       maxBodyBytes: config.maxBodyBytes,
       metrics,
       ...(deps.inFlight ? { inFlight: deps.inFlight } : {}),
+      ...(deps.owner ? { owner: deps.owner } : {}),
       ...(deps.now ? { now: deps.now } : {}),
     }))
     .use(adminRoutes({
@@ -96,11 +100,17 @@ export function buildApp(deps: AppDependencies) {
     }))
     // `npm run bench` only (BENCH_BASELINE_ROUTE=1): the non-idempotent yardstick route.
     .use(config.benchBaselineRoute
-      ? benchBaselineRoute({ pools, charge, tenant, maxBodyBytes: config.maxBodyBytes })
+      ? benchBaselineRoute({ pools, provider, tenant, maxBodyBytes: config.maxBodyBytes })
       : new Elysia({ name: 'bench-baseline-off' }))
 }
 
 export type App = ReturnType<typeof buildApp>
+
+function providerFor(config: Config): PaymentProvider {
+  // main.ts starts the simulator and sets PAYMENT_PROVIDER_URL before any server runs.
+  if (!config.providerUrl) throw new Error('PAYMENT_PROVIDER_URL is not set: no payment provider to call')
+  return providerClient(config.providerUrl)
+}
 
 /**
  * Bun's own cap on a body, far above ours: Bun answers a bare 413 by itself

@@ -19,7 +19,7 @@ export interface ActionContext {
 }
 
 export async function forceExpireAction(context: ActionContext, target: ExpireTarget, actor: string): Promise<ForceExpireResult> {
-  const result = await forceExpire(context.sql, target, actor)
+  const result = await forceExpire(context.sql, target, actor, { ttlSeconds: context.ttlSeconds, now: context.now?.() })
   context.metrics?.forcedExpirations.inc({ outcome: result.outcome })
   return result
 }

@@ -1,13 +1,15 @@
-import type { ClaimResult, Lease, RequestIdentity, Sql, StoredResponse, Timing } from './types'
-import { reclaim, renewExpired } from './reclaim'
+import type { Claimant, ClaimResult, Lease, RequestIdentity, Sql, StoredResponse } from './types'
+import { reclaim, renewExpired, retakeReleased } from './reclaim'
 
 interface ClaimRow {
   fresh: boolean
   lease: string
   attempts: number
-  status: 'processing' | 'done'
+  request_id: string
+  status: 'processing' | 'done' | 'released'
   fingerprint: string
   age_seconds: number
+  /** Since completion (done) or release (released): retention counts from there. */
   completed_age_seconds: number | null
   response_status: number | null
   response_headers: Record<string, string> | null
@@ -16,8 +18,8 @@ interface ClaimRow {
 
 /**
  * A claim races with others only through the conflicting row; these rounds
- * cover a row that vanishes (released, purged) or changes hands between our
- * statement and the next. Three rounds were never exhausted in the storm tests.
+ * cover a row that vanishes (purged) or changes hands between our statement
+ * and the next. Three rounds were never exhausted in the storm tests.
  */
 const MAX_ROUNDS = 4
 
@@ -25,55 +27,73 @@ const MAX_ROUNDS = 4
  * Claims `id.key` for this request, or says why not.
  *
  * One statement does the common cases. The INSERT ... ON CONFLICT DO NOTHING
- * is the lock: of N concurrent claims exactly one inserts. It does not wait on
- * a row that a worker holds with SELECT ... FOR UPDATE (see lease.ts), so a
- * retry of an in-flight key is answered at once. When nothing was inserted,
- * the second branch returns the existing row from the statement's snapshot.
- * That snapshot can miss a row committed just after it was taken (we then
- * conflict but see nothing), or the row can be deleted right after: both end
- * in another round.
+ * is the lock: of N concurrent claims exactly one inserts, and it commits at
+ * once (autocommit), so no later statement of anyone waits on it. Nobody
+ * holds a key's row lock across a foreign call (atomic phases: complete.ts
+ * locks it for one pipelined round trip), so a retry of an in-flight key is
+ * answered at once, from the row as the statement sees it. That snapshot can
+ * miss a row committed just after it was taken (we then conflict but see
+ * nothing), or the row can be purged right after: both end in another round.
+ *
+ * The rare cases take a second, conditional statement (reclaim.ts): a stale
+ * processing key (its worker is past its deadline), a released key (its last
+ * execution failed), a completed key past its retention.
  */
-export async function claim(sql: Sql, id: RequestIdentity, timing: Timing): Promise<ClaimResult> {
-  const now = timing.now ?? null
+export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): Promise<ClaimResult> {
+  const now = claimant.now ?? null
+  const owner = claimant.owner ?? null
   for (let round = 0; round < MAX_ROUNDS; round++) {
     const [row] = await sql<ClaimRow[]>`
       with params as (select coalesce(${now}::timestamptz, now()) as now),
       inserted as (
-        insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at)
-        select ${id.tenant}, ${id.key}, ${id.method}, ${id.path}, ${id.fingerprint}, 'processing', now, now from params
+        insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, owner)
+        select ${id.tenant}, ${id.key}, ${id.method}, ${id.path}, ${id.fingerprint}, 'processing', now, now, ${owner}::uuid from params
         on conflict (tenant, key) do nothing
-        returning lease, attempts
+        returning lease, attempts, request_id
       )
-      select true as fresh, lease, attempts, 'processing' as status, ${id.fingerprint} as fingerprint,
+      select true as fresh, lease, attempts, request_id, 'processing' as status, ${id.fingerprint} as fingerprint,
              0::float8 as age_seconds, null::float8 as completed_age_seconds,
              null::int as response_status, null::jsonb as response_headers, null::text as response_body
         from inserted
       union all
-      select false, k.lease, k.attempts, k.status, k.fingerprint,
+      select false, k.lease, k.attempts, k.request_id, k.status, k.fingerprint,
              extract(epoch from (p.now - k.locked_at))::float8,
-             extract(epoch from (p.now - k.completed_at))::float8,
+             extract(epoch from (p.now - coalesce(k.completed_at, k.released_at)))::float8,
              k.response_status, k.response_headers, k.response_body
         from idempotency_keys k, params p
        where k.tenant = ${id.tenant} and k.key = ${id.key}
          and not exists (select 1 from inserted)`
     if (!row) continue // conflicted with a row our snapshot cannot see yet, or it vanished
-    const lease: Lease = { tenant: id.tenant, key: id.key, lease: row.lease, attempts: row.attempts }
-    if (row.fresh) return { kind: 'created', lease }
+    const seen: Lease = { tenant: id.tenant, key: id.key, lease: row.lease, attempts: row.attempts, requestId: row.request_id }
+    if (row.fresh) return { kind: 'created', lease: seen }
 
-    if (row.status === 'done' && row.completed_age_seconds !== null && row.completed_age_seconds >= timing.retentionSeconds) {
-      // Past retention the old answer is forgotten: the request counts as new.
-      const renewed = await renewExpired(sql, id, row.lease, timing)
-      if (renewed === 'busy') return inProgress(0, 0)
-      if (renewed) return { kind: 'created', lease: renewed }
+    if (row.status === 'done') {
+      if (row.completed_age_seconds !== null && row.completed_age_seconds >= claimant.retentionSeconds) {
+        // Past retention the old answer is forgotten: the request counts as new.
+        const renewed = await renewExpired(sql, id, row.lease, claimant)
+        if (renewed === 'busy') return inProgress(0, 0)
+        if (renewed) return { kind: 'created', lease: renewed }
+        continue
+      }
+      if (row.fingerprint !== id.fingerprint) return { kind: 'mismatch', status: 'done' }
+      return { kind: 'replay', response: storedResponse(row) }
+    }
+
+    if (row.status === 'released') {
+      // Its last execution failed or was stopped; this request runs (again):
+      // as the same request (same downstream key) if it is one, within retention.
+      const sameRequest = row.fingerprint === id.fingerprint && (row.completed_age_seconds ?? 0) < claimant.retentionSeconds
+      const retaken = await retakeReleased(sql, id, seen, sameRequest, claimant)
+      if (retaken === 'busy') return inProgress(0, 0)
+      if (retaken) return { kind: 'created', lease: retaken }
       continue
     }
-    if (row.fingerprint !== id.fingerprint) return { kind: 'mismatch', status: row.status }
-    if (row.status === 'done') return { kind: 'replay', response: storedResponse(row) }
 
-    const ttlLeft = timing.ttlSeconds - row.age_seconds
+    if (row.fingerprint !== id.fingerprint) return { kind: 'mismatch', status: 'processing' }
+    const ttlLeft = claimant.ttlSeconds - row.age_seconds
     if (ttlLeft > 0) return inProgress(ttlLeft, row.age_seconds)
-    const reclaimed = await reclaim(sql, lease, timing)
-    if (reclaimed === 'busy') return inProgress(0, 0) // its worker is alive and holds the row
+    const reclaimed = await reclaim(sql, seen, claimant)
+    if (reclaimed === 'busy') return inProgress(0, 0) // its completion is committing right now
     if (reclaimed) return { kind: 'reclaimed', lease: reclaimed }
     // Another retry reclaimed it first, or its worker finished: look again.
   }

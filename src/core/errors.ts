@@ -10,6 +10,9 @@ export const SQLSTATE = Object.freeze({
   CANNOT_CONNECT_NOW: '57P03',
   UNTRANSLATABLE_CHARACTER: '22P05',
   INVALID_TEXT_REPRESENTATION: '22P02',
+  TOO_MANY_CONNECTIONS: '53300',
+  /** Raised by idempotency_complete() (sql/00004) when the lease is no longer current. */
+  LEASE_LOST: 'IK409',
 } as const)
 
 /** Errors with a stable code and the HTTP status they map to. */
@@ -44,7 +47,7 @@ export function sqlState(error: unknown): string | undefined {
 const UNAVAILABLE = new Set([
   'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
   'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH',
-  SQLSTATE.ADMIN_SHUTDOWN, SQLSTATE.CANNOT_CONNECT_NOW, '57P02', '08000', '08003', '08006', '08001', '08004',
+  SQLSTATE.ADMIN_SHUTDOWN, SQLSTATE.CANNOT_CONNECT_NOW, SQLSTATE.TOO_MANY_CONNECTIONS, '57P02', '08000', '08003', '08006', '08001', '08004',
 ])
 
 export function isUnavailable(error: unknown): boolean {

@@ -22,7 +22,7 @@ export interface ExpireStaleOptions {
 
 export interface ExpireStaleResult {
   readonly expired: number
-  /** Stale keys a live worker still holds (skipped, like a single force-expire's worker_alive). */
+  /** Stale keys whose completion was committing at that instant (skipped, like a single force-expire's worker_alive). */
   readonly workerAlive: number
   readonly expiredKeys: readonly { tenant: string; key: string }[]
   readonly aliveKeys: readonly { tenant: string; key: string }[]
@@ -31,16 +31,16 @@ export interface ExpireStaleResult {
 }
 
 /**
- * Expires every key that was stale at `asOf`, in batches of EXPIRE_BATCH_SIZE,
- * each with its audit entries in the same statement.
+ * Expires (releases, as force-expire does) every key that was stale at
+ * `asOf`, in batches of EXPIRE_BATCH_SIZE, each with its audit entries in the
+ * same statement. A stale key is past its TTL, so its worker has stopped at
+ * its deadline whether its process lives or not: all of them may go.
  *
  * Concurrency: FOR UPDATE SKIP LOCKED, the batch form of force-expire's
- * NOWAIT. A live worker holds its key FOR UPDATE (lease.ts), so its row is
- * skipped, not taken and not waited for; afterwards the stale rows still there
- * are exactly those held by live workers, and are reported as such. A row that
- * changed since `asOf` (completed, reclaimed: a newer locked_at) no longer
- * matches and is left alone. Several operators running this at once each
- * delete distinct rows (skipped rows are the others' batches).
+ * NOWAIT: a row locked by a completion committing at that instant is skipped,
+ * not waited for, and reported. A row that changed since `asOf` (completed,
+ * reclaimed: a newer locked_at) no longer matches and is left alone. Several
+ * operators running this at once each release distinct rows.
  */
 export async function expireStale(sql: Sql, options: ExpireStaleOptions, actor: string): Promise<ExpireStaleResult> {
   const asOf = options.asOf ?? null
@@ -59,7 +59,8 @@ export async function expireStale(sql: Sql, options: ExpireStaleOptions, actor: 
            for update of k skip locked
       ),
       deleted as (
-        delete from idempotency_keys k using target t
+        update idempotency_keys k set status = 'released', owner = null, released_at = now()
+          from target t
          where k.tenant = t.tenant and k.key = t.key
         returning k.tenant, k.key, k.lease, k.attempts, k.locked_at
       ),

@@ -1,10 +1,12 @@
 import { SQLSTATE, sqlState } from './errors'
-import type { Sql } from './types'
+import { ownerAliveCondition } from './processes'
+import type { Clock, Sql } from './types'
 
 /**
- * - expired: the key was deleted; the next retry claims it afresh.
- * - worker_alive: a live worker holds the key (its transaction has the row
- *   FOR UPDATE, see lease.ts); nothing was done.
+ * - expired: the key was released; the next retry runs the request again (with
+ *   the same downstream key, so a charge already made is not made twice).
+ * - worker_alive: the key is within its deadline and its owner process has a
+ *   recent heartbeat: it is still being worked on; nothing was done.
  * - unchanged: the key completed, was released or reclaimed, or changed hands
  *   since the operator looked (another lease); nothing was done.
  */
@@ -23,45 +25,57 @@ export interface ForceExpireResult {
   readonly auditId: string
 }
 
+export interface ForceExpireOptions extends Clock {
+  /** The server's TTL: past it, a key's worker has stopped (its deadline), alive or not. */
+  readonly ttlSeconds: number
+}
+
 /**
  * Force-expires one processing key, conditional on the lease the operator saw,
- * and records it in the audit trail.
+ * and records it in the audit trail, in one statement.
  *
- * What it does to the row: DELETE, as release.ts does after a failure. The key
- * is then free, and the client's next retry runs afresh at once. Bumping the
- * lease instead would leave a processing row that nobody works on: every retry
- * would get 409 until the TTL passed again, which is the very wait the operator
- * wanted to end. Deleting is safe against a worker we were wrong about: leases
- * come from a sequence and never repeat, so its fence (the lease check before
- * COMMIT in lease.ts) finds no row with its lease and rolls its writes back.
+ * When it acts: once the key is past its TTL (every worker stops at its
+ * deadline, a little before), or earlier when the owning process is gone (no
+ * heartbeat for PROCESS_ALIVE_SECONDS). Before the deadline of a live owner it
+ * refuses: that worker is still processing and will finish or fail on its own.
  *
- * Concurrency: FOR UPDATE NOWAIT on the row. A live worker holds it FOR UPDATE
- * for its whole processing, so NOWAIT fails at once with 55P03: the worker is
- * alive, and we take nothing from it and wait on nothing. A worker completing
- * at the same instant either still holds the lock (55P03, worker_alive) or has
- * committed status = 'done' (0 rows, unchanged). The delete and its audit entry
- * are one statement, so they commit together.
+ * What it does to the row: it releases it (status 'released', as a failed
+ * request does), rather than bumping the lease: a processing row that nobody
+ * works on would answer 409 to every retry until the TTL passed again, the
+ * very wait the operator wanted to end. Safe against an operator who is wrong
+ * about a worker: leases never repeat, so that worker's completion finds
+ * another lease and rolls back (fencing, complete.ts).
+ *
+ * Concurrency: FOR UPDATE NOWAIT on the row, whose only other holder is a
+ * completing transaction for one round trip: then 55P03, answered as
+ * worker_alive (it is committing right now).
  */
-export async function forceExpire(sql: Sql, target: ExpireTarget, actor: string): Promise<ForceExpireResult> {
+export async function forceExpire(sql: Sql, target: ExpireTarget, actor: string, options: ForceExpireOptions): Promise<ForceExpireResult> {
   const detail = { lease: target.lease }
+  const now = options.now ?? null
   try {
     const [row] = await sql<{ id: string; outcome: ForceExpireOutcome }[]>`
-      with target as (
-        select tenant, key from idempotency_keys
-         where tenant = ${target.tenant} and key = ${target.key}
-           and lease = ${target.lease} and status = 'processing'
-           for update nowait
+      with params as (select coalesce(${now}::timestamptz, now()) as now),
+      seen as (
+        select k.tenant, k.key,
+               k.locked_at <= p.now - make_interval(secs => ${options.ttlSeconds}) as past_deadline,
+               ${ownerAliveCondition(sql, now)} as owner_alive
+          from idempotency_keys k, params p
+         where k.tenant = ${target.tenant} and k.key = ${target.key}
+           and k.lease = ${target.lease} and k.status = 'processing'
+           for update of k nowait
       ),
-      deleted as (
-        delete from idempotency_keys k using target t
-         where k.tenant = t.tenant and k.key = t.key
-        returning k.attempts, k.locked_at
+      released as (
+        update idempotency_keys k set status = 'released', owner = null, released_at = p.now
+          from seen s, params p
+         where k.tenant = s.tenant and k.key = s.key and (s.past_deadline or not s.owner_alive)
+        returning k.attempts, k.locked_at, k.request_id
       )
       insert into idempotency_audit (actor, action, tenant, key, outcome, detail)
       select ${actor.slice(0, 128)}, 'force_expire', ${target.tenant}, ${target.key},
-             case when d.attempts is null then 'unchanged' else 'expired' end,
-             ${sql.json(detail)}::jsonb || coalesce(jsonb_build_object('attempts', d.attempts, 'locked_at', d.locked_at), '{}')
-        from (select 1) one left join deleted d on true
+             case when r.attempts is not null then 'expired' when s.key is not null then 'worker_alive' else 'unchanged' end,
+             ${sql.json(detail)}::jsonb || coalesce(jsonb_build_object('attempts', r.attempts, 'locked_at', r.locked_at), '{}')
+        from (select 1) one left join seen s on true left join released r on true
       returning id, outcome`
     return { outcome: row!.outcome, auditId: row!.id }
   } catch (error) {

@@ -14,8 +14,10 @@ export interface PurgeOptions extends Clock {
 }
 
 /**
- * Deletes one batch of completed keys past their retention, oldest first;
- * returns how many. Callers loop (with pauses) while a batch comes back full.
+ * Deletes one batch of completed and released keys past their retention,
+ * oldest first; returns how many. Callers loop (with pauses) while a batch
+ * comes back full. A released key is kept that long so that a retry of its
+ * request keeps the same downstream key (release.ts).
  *
  * Concurrency: the rows are picked FOR UPDATE SKIP LOCKED, so several
  * processes purging at once take disjoint batches and never wait on each
@@ -27,16 +29,25 @@ export interface PurgeOptions extends Clock {
  * retention as new.
  */
 export async function purgeExpired(sql: Sql, options: PurgeOptions): Promise<number> {
+  const limit = options.batchSize ?? PURGE_BATCH_SIZE
   const rows = await sql`
-    with doomed as (
-      select tenant, key from idempotency_keys
-       where status = 'done'
-         and completed_at <= coalesce(${options.now ?? null}::timestamptz, now()) - make_interval(secs => ${options.retentionSeconds})
-       order by completed_at
-       limit ${options.batchSize ?? PURGE_BATCH_SIZE}
-         for update skip locked
+    with params as (select coalesce(${options.now ?? null}::timestamptz, now()) - make_interval(secs => ${options.retentionSeconds}) as cutoff),
+    done as (
+      select k.tenant, k.key from idempotency_keys k, params p
+       where k.status = 'done' and k.completed_at <= p.cutoff
+       order by k.completed_at
+       limit ${limit}
+         for update of k skip locked
+    ),
+    released as (
+      select k.tenant, k.key from idempotency_keys k, params p
+       where k.status = 'released' and k.released_at <= p.cutoff
+       order by k.released_at
+       limit ${limit}
+         for update of k skip locked
     )
-    delete from idempotency_keys k using doomed d
-     where k.tenant = d.tenant and k.key = d.key and k.status = 'done'`
+    delete from idempotency_keys k
+     using (select tenant, key from done union all select tenant, key from released) d
+     where k.tenant = d.tenant and k.key = d.key and k.status in ('done', 'released')`
   return rows.count
 }

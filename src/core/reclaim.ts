@@ -1,73 +1,107 @@
 import { SQLSTATE, sqlState } from './errors'
-import type { Lease, RequestIdentity, Sql, Timing } from './types'
+import type { Claimant, Lease, RequestIdentity, Sql } from './types'
 
-/** 'busy': a live worker holds the row (its transaction has it FOR UPDATE). */
+/** 'busy': the row is locked right now (a completion or another take-over is committing). */
 export type TakeOver = Lease | null | 'busy'
 
 /**
- * Takes over a stale processing key whose worker is gone.
- *
- * Conditional on the lease the caller saw, so of many concurrent reclaimers
- * exactly one wins: the first locks the row, the others' NOWAIT fails at once
- * (55P03, answered 409), and a later one finds a new lease and updates nothing.
- * NOWAIT also protects a live worker: it holds its key FOR UPDATE for the whole
- * of its processing (lease.ts), so a slow but alive worker is never robbed,
- * and nobody waits behind it. A worker that died lost its lock with its
- * connection, so its key is taken here once the TTL has passed.
+ * The three take-overs below are conditional UPDATEs on the lease the caller
+ * saw, with FOR UPDATE NOWAIT: of many concurrent takers exactly one wins (the
+ * first locks the row, the others' NOWAIT fails at once with 55P03 and is
+ * answered 409, a later one finds a new lease and updates nothing), and nobody
+ * waits. The only other holder of a key's row lock is a completing
+ * transaction, for one pipelined round trip (complete.ts), so NOWAIT fails
+ * only in that instant, and the retry then finds the stored answer.
  */
-export function reclaim(sql: Sql, seen: Lease, timing: Timing): Promise<TakeOver> {
+
+/**
+ * Takes over a stale processing key: its worker is past its deadline (it
+ * stopped, or died with its process). The request keeps its request_id, so
+ * its downstream key is the same and a provider that already charged answers
+ * that charge. The old worker, if it still runs, is fenced by the new lease.
+ */
+export function reclaim(sql: Sql, seen: Lease, claimant: Claimant): Promise<TakeOver> {
   return takeOver(seen, async () => {
-    const [row] = await sql<{ lease: string; attempts: number }[]>`
-      with params as (select coalesce(${timing.now ?? null}::timestamptz, now()) as now),
+    const [row] = await sql<TakenRow[]>`
+      with params as (select coalesce(${claimant.now ?? null}::timestamptz, now()) as now),
       target as (
         select k.tenant, k.key from idempotency_keys k, params p
          where k.tenant = ${seen.tenant} and k.key = ${seen.key}
            and k.status = 'processing' and k.lease = ${seen.lease}
-           and k.locked_at <= p.now - make_interval(secs => ${timing.ttlSeconds})
+           and k.locked_at <= p.now - make_interval(secs => ${claimant.ttlSeconds})
            for update of k nowait
       )
       update idempotency_keys k
-         set lease = nextval('idempotency_lease_seq'), locked_at = p.now, attempts = k.attempts + 1
+         set lease = nextval('idempotency_lease_seq'), locked_at = p.now, attempts = k.attempts + 1, owner = ${claimant.owner ?? null}::uuid
         from target, params p
        where k.tenant = target.tenant and k.key = target.key
-      returning k.lease, k.attempts`
+      returning k.lease, k.attempts, k.request_id`
+    return row
+  })
+}
+
+/**
+ * Runs a released key again. The same request (same fingerprint) keeps its
+ * request_id, so a charge its failed execution made is found, not repeated;
+ * another request under the key is new, and gets a new request_id.
+ */
+export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameRequest: boolean, claimant: Claimant): Promise<TakeOver> {
+  return takeOver(id, async () => {
+    const [row] = await sql<TakenRow[]>`
+      with params as (select coalesce(${claimant.now ?? null}::timestamptz, now()) as now),
+      target as (
+        select k.tenant, k.key from idempotency_keys k
+         where k.tenant = ${id.tenant} and k.key = ${id.key}
+           and k.status = 'released' and k.lease = ${seen.lease}
+           for update of k nowait
+      )
+      update idempotency_keys k
+         set status = 'processing', released_at = null, lease = nextval('idempotency_lease_seq'), locked_at = p.now, owner = ${claimant.owner ?? null}::uuid,
+             ${sameRequest
+               ? sql`attempts = k.attempts + 1`
+               : sql`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(), attempts = 1, created_at = p.now`}
+        from target, params p
+       where k.tenant = target.tenant and k.key = target.key
+      returning k.lease, k.attempts, k.request_id`
     return row
   })
 }
 
 /**
  * Turns a completed key past its retention into a fresh claim for a new
- * request. Conditional on the lease seen, with NOWAIT, for the same reasons
- * as reclaim: one winner, nobody waits.
+ * request, with a new request_id (so a new downstream key: the old charge is
+ * not this request's).
  */
-export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, timing: Timing): Promise<TakeOver> {
+export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, claimant: Claimant): Promise<TakeOver> {
   return takeOver(id, async () => {
-    const [row] = await sql<{ lease: string; attempts: number }[]>`
-      with params as (select coalesce(${timing.now ?? null}::timestamptz, now()) as now),
+    const [row] = await sql<TakenRow[]>`
+      with params as (select coalesce(${claimant.now ?? null}::timestamptz, now()) as now),
       target as (
         select k.tenant, k.key from idempotency_keys k, params p
          where k.tenant = ${id.tenant} and k.key = ${id.key}
            and k.status = 'done' and k.lease = ${seenLease}
-           and k.completed_at <= p.now - make_interval(secs => ${timing.retentionSeconds})
+           and k.completed_at <= p.now - make_interval(secs => ${claimant.retentionSeconds})
            for update of k nowait
       )
       update idempotency_keys k
-         set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint},
-             status = 'processing', lease = nextval('idempotency_lease_seq'), attempts = 1,
+         set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(),
+             status = 'processing', lease = nextval('idempotency_lease_seq'), attempts = 1, owner = ${claimant.owner ?? null}::uuid,
              created_at = p.now, locked_at = p.now, completed_at = null,
              response_status = null, response_headers = null, response_body = null
         from target, params p
        where k.tenant = target.tenant and k.key = target.key
-      returning k.lease, k.attempts`
+      returning k.lease, k.attempts, k.request_id`
     return row
   })
 }
 
+interface TakenRow { lease: string; attempts: number; request_id: string }
+
 /** Runs a conditional take-over UPDATE: its new lease, null if its condition no longer held, 'busy' on NOWAIT. */
-async function takeOver(key: { tenant: string; key: string }, update: () => Promise<{ lease: string; attempts: number } | undefined>): Promise<TakeOver> {
+async function takeOver(key: { tenant: string; key: string }, update: () => Promise<TakenRow | undefined>): Promise<TakeOver> {
   try {
     const row = await update()
-    return row ? { tenant: key.tenant, key: key.key, lease: row.lease, attempts: row.attempts } : null
+    return row ? { tenant: key.tenant, key: key.key, lease: row.lease, attempts: row.attempts, requestId: row.request_id } : null
   } catch (error) {
     if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE) return 'busy'
     throw error

@@ -27,6 +27,8 @@ export interface Lease {
   /** Drawn from a sequence: unique for all time, never reused after a delete. */
   readonly lease: string
   readonly attempts: number
+  /** The logical request (kept across reclaims and releases): the downstream key derives from it. */
+  readonly requestId: string
 }
 
 /** Time-based operations take an optional `now`, so tests can move the clock instead of sleeping. */
@@ -39,6 +41,11 @@ export interface Timing extends Clock {
   readonly retentionSeconds: number
 }
 
+/** Who claims: the process's heartbeat id (core/processes.ts), or null when it has none. */
+export interface Claimant extends Timing {
+  readonly owner?: string | null | undefined
+}
+
 /** The outcome of trying to claim a key: the HTTP layer maps each kind to one status. */
 export type ClaimResult =
   | { readonly kind: 'created'; readonly lease: Lease }
@@ -47,4 +54,4 @@ export type ClaimResult =
   | { readonly kind: 'in_progress'; readonly retryAfterSeconds: number }
   | { readonly kind: 'mismatch'; readonly status: 'processing' | 'done' }
 
-export type KeyStatus = 'processing' | 'done'
+export type KeyStatus = 'processing' | 'done' | 'released'

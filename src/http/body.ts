@@ -7,7 +7,8 @@ import { problems, type Problem } from './problem'
  */
 export const MAX_JSON_DEPTH = 32
 
-export type BodyResult = { ok: true; value: unknown } | { ok: false; problem: Problem }
+/** The parsed value, and the text it was parsed from (how numbers were written is only there). */
+export type BodyResult = { ok: true; value: unknown; text: string } | { ok: false; problem: Problem }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true })
 
@@ -36,7 +37,7 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     return { ok: false, problem: problems.badRequest('invalid-json', 'The body is not valid JSON.') }
   }
   const flaw = inspect(value, 0)
-  return flaw ? { ok: false, problem: problems.badRequest('invalid-json', flaw) } : { ok: true, value }
+  return flaw ? { ok: false, problem: problems.badRequest('invalid-json', flaw) } : { ok: true, value, text }
 }
 
 /**
@@ -65,7 +66,7 @@ async function readAtMost(request: Request, maxBytes: number): Promise<Uint8Arra
 /** Finds what makes a parsed JSON value unstorable, walking at most MAX_JSON_DEPTH levels. */
 function inspect(value: unknown, depth: number): string | undefined {
   if (depth > MAX_JSON_DEPTH) return `The body nests deeper than ${MAX_JSON_DEPTH} levels.`
-  if (typeof value === 'string') return value.includes('\u0000') ? 'Strings must not contain the NUL character.' : undefined
+  if (typeof value === 'string') return stringFlaw(value)
   if (value === null || typeof value !== 'object') return undefined
   if (Array.isArray(value)) {
     for (const item of value) {
@@ -75,9 +76,45 @@ function inspect(value: unknown, depth: number): string | undefined {
     return undefined
   }
   for (const [key, item] of Object.entries(value)) {
-    if (key.includes('\u0000')) return 'Strings must not contain the NUL character.'
+    const keyFlaw = stringFlaw(key)
+    if (keyFlaw) return keyFlaw
     const flaw = inspect(item, depth + 1)
     if (flaw) return flaw
   }
   return undefined
 }
+
+/**
+ * NUL cannot be stored in PostgreSQL text; a lone surrogate (a "\ud800"
+ * escape with no pair) is not Unicode, and would be stored as U+FFFD: a
+ * different string than the client sent, silently.
+ */
+function stringFlaw(value: string): string | undefined {
+  if (value.includes('\u0000')) return 'Strings must not contain the NUL character.'
+  if (!value.isWellFormed()) return 'Strings must be well-formed Unicode (no lone surrogate escapes).'
+  return undefined
+}
+
+/**
+ * Whether every number in a JSON text is written as an integer: no fraction,
+ * no exponent. JSON.parse rounds `999999999999.99999` to 10^12 and `1e3` to
+ * 1000, so an integer field cannot be checked on the parsed value alone.
+ * Outside strings, "." and an "e"/"E" after a digit occur only in numbers.
+ */
+export function integerLiteralsOnly(text: string): boolean {
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 0x5c) i++ // backslash: skip the escaped character
+      else if (c === 0x22) inString = false
+      continue
+    }
+    if (c === 0x22) inString = true
+    else if (c === 0x2e) return false
+    else if ((c === 0x65 || c === 0x45) && isDigit(text.charCodeAt(i - 1))) return false
+  }
+  return true
+}
+
+const isDigit = (c: number): boolean => c >= 0x30 && c <= 0x39

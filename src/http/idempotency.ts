@@ -1,25 +1,34 @@
 import { Elysia } from 'elysia'
 import { claim } from '../core/claim'
+import { complete, type TransactionSql } from '../core/complete'
+import { deadlineSignal, DeadlineExceededError, executionBudgetMs, ShuttingDownError } from '../core/deadline'
+import { downstreamKey } from '../core/downstream-key'
 import { IdempotencyError, LeaseLostError, SQLSTATE, isUnavailable, sqlState } from '../core/errors'
 import { fingerprint } from '../core/fingerprint'
-import { runWithLease, type TransactionSql } from '../core/lease'
+import { release } from '../core/release'
 import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import type { Pools } from '../store/db'
 import type { Metrics, Outcome } from '../metrics/registry'
 import { readJsonBody } from './body'
 import { problemResponse, problems, PROBLEM_CONTENT_TYPE, type Problem } from './problem'
-import { InFlight } from './in-flight'
+import type { InFlight } from './in-flight'
 
 /** Printable ASCII without space, 1..255 characters (SPEC: Idempotency-Key). */
 const KEY_PATTERN = /^[!-~]{1,255}$/
 /** Seconds a client should wait before retrying while the database is away. */
 const UNAVAILABLE_RETRY_AFTER = '2'
+/**
+ * How long a failed request waits for its key's release before answering
+ * anyway: the release is one statement; if the database cannot take it in
+ * this time, the key becomes reclaimable after the TTL instead.
+ */
+const RELEASE_TIMEOUT_MS = 2_000
 
 export interface IdempotencyOptions {
   readonly pools: Pools
   /** The tenant of a request (from its credentials), or undefined for 401. Keys are scoped by it. */
   readonly tenant: (request: Request) => string | undefined
-  /** Age after which a processing key whose worker is gone may be reclaimed. @default 30 */
+  /** The longest a request may process; a processing key older than this may be reclaimed. @default 30 */
   readonly ttlSeconds?: number
   /** How long a completed key is replayed. @default 86400 */
   readonly retentionSeconds?: number
@@ -28,49 +37,90 @@ export interface IdempotencyOptions {
   readonly metrics?: Metrics
   /** Counts requests in flight, so a shutdown can drain them. */
   readonly inFlight?: InFlight
+  /** This process's heartbeat id (core/processes.ts), recorded as the owner of the keys it claims. */
+  readonly owner?: () => string | undefined
   /** Tests move the clock with this instead of sleeping. @default the database's now() */
   readonly now?: () => Date | undefined
 }
 
-/** What a handler returns: stored and replayed byte for byte, 4xx included (a business refusal). */
+/** What the recording step returns: stored and replayed byte for byte, 4xx included (a business refusal). */
 export interface HandlerResult {
   readonly status: number
   readonly body: unknown
   readonly headers?: Readonly<Record<string, string>>
 }
 
-export interface HandlerContext<Body> {
+export interface ActContext<Body> {
   readonly body: Body
-  /** The transaction that completes the key: write the entities in it. */
-  readonly tx: TransactionSql
   readonly tenant: string
   readonly key: string
   readonly request: Request
+  /** Fires at the request's deadline, a little before the key's TTL ends: pass it to every foreign call. */
+  readonly signal: AbortSignal
+  /**
+   * Send this to the foreign service as its idempotency key. It is the same on
+   * every re-execution of this request (a reclaim, a retry after a failure or
+   * a lost answer), so the service returns what it did the first time instead
+   * of doing it again; it differs between tenants and between requests.
+   */
+  readonly idempotencyKey: string
+  /** 1 for the first execution of this request, more for re-executions. */
+  readonly attempt: number
+}
+
+export interface RecordContext<Body, Result> {
+  readonly body: Body
+  readonly tenant: string
+  readonly key: string
+  /** What the external step returned. */
+  readonly result: Result
+  /** The transaction that completes the key: write the entities in it, and nothing slow. */
+  readonly tx: TransactionSql
 }
 
 export type Validation<Body> = { ok: true; value: Body } | { ok: false; errors: string[] }
 
-export interface IdempotentRoute<Body> {
+export interface IdempotentRoute<Body, Result> {
   /** Route path, also the `route` label of the metrics. */
   readonly path: string
-  /** Checks the parsed JSON body; errors become a 400 and nothing is stored. */
-  readonly validate: (body: unknown) => Validation<Body>
-  /** Runs at most once per (tenant, key, request), unless it fails (the key is then released). */
-  readonly handler: (context: HandlerContext<Body>) => Promise<HandlerResult>
+  /** Checks the parsed JSON body (`text`: as sent); errors become a 400 and nothing is stored. */
+  readonly validate: (body: unknown, text: string) => Validation<Body>
+  /**
+   * The external step: foreign calls (a payment provider), with no database
+   * connection held and no transaction open. Pass `signal` and
+   * `idempotencyKey` on. Throwing fails the request (5xx) and releases the key.
+   */
+  readonly act: (context: ActContext<Body>) => Promise<Result>
+  /**
+   * The recording step: the business writes, through `tx`, in the transaction
+   * that completes the key, and the answer to store. A status of 500 or more
+   * is not stored: the writes roll back and the key is released.
+   */
+  readonly record: (context: RecordContext<Body, Result>) => Promise<HandlerResult>
+}
+
+/** A recording step answered 5xx: its writes roll back, the key is released, the answer goes out once. */
+class FailedResult extends Error {
+  constructor(readonly response: StoredResponse) {
+    super(`the handler answered ${response.status}`)
+  }
 }
 
 /**
  * Makes a JSON POST route idempotent: `app.use(idempotentPost(options, route))`.
  *
- * The key is claimed before the handler runs; the handler's writes and the
- * key's completion commit together; retries get the stored answer (replay),
- * 409 while the first is in flight, 422 for a different request under the
- * same key. Each outcome maps to one status in `answer` below.
+ * Atomic phases: the key is claimed in one statement; the route's external
+ * step runs with no connection held, under a deadline and with a downstream
+ * idempotency key; then one short transaction writes the entities and
+ * completes the key, fenced by the lease. Retries get the stored answer
+ * (replay), 409 while the first is in flight, 422 for a different request
+ * under the same key. Each outcome maps to one status below.
  */
-export function idempotentPost<Body>(options: IdempotencyOptions, route: IdempotentRoute<Body>) {
+export function idempotentPost<Body, Result>(options: IdempotencyOptions, route: IdempotentRoute<Body, Result>) {
   const ttlSeconds = options.ttlSeconds ?? 30
   const retentionSeconds = options.retentionSeconds ?? 86_400
   const maxBodyBytes = options.maxBodyBytes ?? 65_536
+  const budgetMs = executionBudgetMs(ttlSeconds)
   const { pools, metrics } = options
 
   function count(outcome: Outcome, started: number): void {
@@ -93,19 +143,18 @@ export function idempotentPost<Body>(options: IdempotencyOptions, route: Idempot
     if (key === null) return refuse(problems.badRequest('missing-idempotency-key', 'Send an Idempotency-Key header.'))
     if (!KEY_PATTERN.test(key))
       return refuse(problems.badRequest('invalid-idempotency-key', 'Idempotency-Key must be 1 to 255 printable ASCII characters (0x21 to 0x7E), sent once.'))
-    const valid = route.validate(body.value)
+    const valid = route.validate(body.value, body.text)
     if (!valid.ok) return refuse(problems.badRequest('invalid-body', 'The body does not match the schema.', valid.errors))
 
     const method = request.method.toUpperCase()
-    const path = new URL(request.url).pathname
+    const path = requestPath(request)
     const identity = { tenant, key, method, path, fingerprint: fingerprint(method, path, body.value) }
-    const timing = { ttlSeconds, retentionSeconds, now: options.now?.() }
 
     let claimed: ClaimResult
     try {
-      claimed = await claim(pools.short, identity, timing)
+      claimed = await claim(pools.short, identity, { ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.() })
     } catch (error) {
-      return failure(error, started)
+      return failure(error, started, undefined)
     }
     switch (claimed.kind) {
       case 'replay':
@@ -128,16 +177,25 @@ export function idempotentPost<Body>(options: IdempotencyOptions, route: Idempot
   }
 
   async function run(lease: Lease, outcome: 'created' | 'reclaimed', request: Request, body: Body, started: number): Promise<Response> {
-    const done = options.inFlight?.enter(lease)
+    const deadline = deadlineSignal(budgetMs)
+    const done = options.inFlight?.enter(lease, deadline.abort)
     try {
-      const stored = await runWithLease(pools.work, pools.short, lease, async (tx): Promise<StoredResponse> => {
-        const result = await route.handler({ body, tx, tenant: lease.tenant, key: lease.key, request })
-        const isProblem = result.status >= 400
-        return {
-          status: result.status,
-          headers: { 'content-type': isProblem ? PROBLEM_CONTENT_TYPE : 'application/json', ...result.headers },
-          body: JSON.stringify(result.body),
-        }
+      // The external phase: no connection held, no transaction open.
+      const result = await untilAborted(route.act({
+        body,
+        tenant: lease.tenant,
+        key: lease.key,
+        request,
+        signal: deadline.signal,
+        idempotencyKey: downstreamKey(lease),
+        attempt: lease.attempts,
+      }), deadline.signal)
+      // The completing phase: one short transaction, fenced by the lease.
+      const stored = await complete(pools.work, lease, async (tx) => {
+        const answer = await route.record({ body, tenant: lease.tenant, key: lease.key, result, tx })
+        const response = toStored(answer)
+        if (answer.status >= 500) throw new FailedResult(response)
+        return response
       }, { now: options.now?.() })
       count(outcome, started)
       return new Response(stored.body, { status: stored.status, headers: stored.headers })
@@ -147,27 +205,85 @@ export function idempotentPost<Body>(options: IdempotencyOptions, route: Idempot
         count('lease_lost', started)
         return problemResponse({ code: 'lease-lost', status: 409, title: 'Claim lost', detail: 'This request lost its claim on the key to a retry or an operator; its writes were rolled back. Retry to get the answer that counts.' }, { 'retry-after': '1' })
       }
-      metrics?.releases.inc({ route: route.path })
-      return failure(error, started)
+      const released = await releaseQuietly(lease)
+      if (released) metrics?.releases.inc({ route: route.path })
+      return failure(error, started, released)
     } finally {
+      deadline.clear()
       done?.()
     }
   }
 
-  function failure(error: unknown, started: number): Response {
+  async function releaseQuietly(lease: Lease): Promise<boolean> {
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const timeout = new Promise<false>((resolve) => { timer = setTimeout(() => resolve(false), RELEASE_TIMEOUT_MS) })
+    try {
+      return await Promise.race([release(pools.short, lease).catch(() => false), timeout])
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
+  /** `released`: undefined when nothing was claimed, else whether the key was given back. */
+  function failure(error: unknown, started: number, released: boolean | undefined): Response {
     count('failed', started)
+    const after = released === false
+      ? `the idempotency key could not be released now; it can be retried after ${ttlSeconds} s`
+      : released ? 'the idempotency key was released, so a retry runs again' : 'nothing was stored'
+    if (error instanceof FailedResult)
+      return new Response(error.response.body, { status: error.response.status, headers: error.response.headers })
+    if (error instanceof DeadlineExceededError)
+      return problemResponse({ code: 'deadline-exceeded', status: 504, title: 'Processing took too long', detail: `Processing ran into its deadline and was stopped; ${after}.` }, { 'retry-after': '1' })
+    if (error instanceof ShuttingDownError)
+      return problemResponse({ code: 'shutting-down', status: 503, title: 'Service restarting', detail: `This server stopped before the request finished; ${after}.` }, { 'retry-after': '1' })
     if (isUnavailable(error) || sqlState(error) === SQLSTATE.QUERY_CANCELED)
-      return problemResponse(problems.unavailable(), { 'retry-after': UNAVAILABLE_RETRY_AFTER })
+      return problemResponse({ ...problems.unavailable(), detail: `The database is unavailable; ${after}.` }, { 'retry-after': UNAVAILABLE_RETRY_AFTER })
     if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE)
       return problemResponse({ code: 'in-progress', status: 409, title: 'Request in progress', detail: 'The key is busy; retry shortly.' }, { 'retry-after': '1' })
     if (error instanceof IdempotencyError && error.status >= 500)
-      return problemResponse({ code: error.code.toLowerCase().replaceAll('_', '-'), status: error.status, title: 'Processing failed', detail: `${error.message}; the idempotency key was released, so a retry runs again.` })
+      return problemResponse({ code: error.code.toLowerCase().replaceAll('_', '-'), status: error.status, title: 'Processing failed', detail: `${error.message}; ${after}.` })
     console.error(`idempotent ${route.path}: processing failed:`, error instanceof Error ? error.message : error)
-    return problemResponse(problems.internal())
+    return problemResponse({ ...problems.internal(), detail: `Processing failed; ${after}.` })
   }
 
   return new Elysia({ name: 'idempotent-post', seed: route.path })
     .post(route.path, ({ request }) => handle(request), { parse: 'none' })
+}
+
+function toStored(result: HandlerResult): StoredResponse {
+  const isProblem = result.status >= 400
+  return {
+    status: result.status,
+    headers: { 'content-type': isProblem ? PROBLEM_CONTENT_TYPE : 'application/json', ...result.headers },
+    body: JSON.stringify(result.body),
+  }
+}
+
+/**
+ * The path as the request's identity: a trailing slash does not make another
+ * request (Elysia routes `/api/payments/` to the same handler), so a retry
+ * sent with one is the same request, not a 422.
+ */
+function requestPath(request: Request): string {
+  const { pathname } = new URL(request.url)
+  return pathname.replace(/\/+$/, '') || '/'
+}
+
+/**
+ * Settles with `work`, or rejects with the signal's reason when it fires
+ * first: a handler that ignores its signal still cannot keep the request (or
+ * its key) past the deadline. Its late result is dropped.
+ */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason)
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason)
+    signal.addEventListener('abort', onAbort, { once: true })
+    work.then(
+      (value) => { signal.removeEventListener('abort', onAbort); signal.aborted ? reject(signal.reason) : resolve(value) },
+      (error: unknown) => { signal.removeEventListener('abort', onAbort); reject(signal.aborted ? signal.reason : error) },
+    )
+  })
 }
 
 function replay(response: StoredResponse): Response {
@@ -176,4 +292,3 @@ function replay(response: StoredResponse): Response {
     headers: { ...response.headers, 'idempotent-replayed': 'true' },
   })
 }
-

@@ -3,8 +3,8 @@ import type { Pools } from '../store/db'
 import { idempotentPost, type IdempotencyOptions } from '../http/idempotency'
 import { problemResponse, problems } from '../http/problem'
 import { decodeCursor, encodeCursor, isUuid } from './cursor'
-import type { Charge } from './provider'
-import { validateNewPayment } from './schema'
+import type { Charge, PaymentProvider } from '../provider/client'
+import { validateNewPayment, type NewPayment } from './schema'
 import { insertPayment, PAYMENT_COLUMNS, paymentJson, type PaymentRow } from './insert-payment'
 
 export const PAYMENTS_ROUTE = '/api/payments'
@@ -14,20 +14,24 @@ const MAX_LIMIT = 100
 
 export interface PaymentsOptions extends IdempotencyOptions {
   readonly pools: Pools
-  readonly charge: Charge
+  readonly provider: PaymentProvider
 }
 
 /** The reference payments API: idempotent POST, GET by id, list by customer. */
 export function paymentsRoutes(options: PaymentsOptions) {
-  const { pools, charge, tenant: tenantOf } = options
+  const { pools, provider, tenant: tenantOf } = options
   const columns = pools.short.unsafe(PAYMENT_COLUMNS)
 
-  const create = idempotentPost(options, {
+  const create = idempotentPost<NewPayment, Charge>(options, {
     path: PAYMENTS_ROUTE,
     validate: validateNewPayment,
-    async handler({ body, tx, tenant, key }) {
-      const { reference } = await charge()
-      const payment = paymentJson(await insertPayment(tx, tenant, body, reference, key))
+    // External step: the charge, under the request's deadline and with our
+    // downstream key, so a re-execution gets the same charge back.
+    act: ({ body, signal, idempotencyKey }) =>
+      provider.charge({ amount: body.amount, currency: body.currency, customer: body.customer }, { idempotencyKey, signal }),
+    // Recording step: the payment row, committed with the key's completion.
+    async record({ body, tx, tenant, key, result: charge }) {
+      const payment = paymentJson(await insertPayment(tx, tenant, body, charge.id, key))
       return { status: 201, headers: { location: `${PAYMENTS_ROUTE}/${payment.id}` }, body: payment }
     },
   })

@@ -19,55 +19,136 @@ export function reconnectBackoff(retries: number): number {
   return Math.min(0.05 * 2 ** retries, 0.5)
 }
 /** No single statement of ours takes a second; 5 s means the database is in trouble. */
-const STATEMENT_TIMEOUT_MS = 5_000
+export const STATEMENT_TIMEOUT_MS = 5_000
 /**
- * The hot path never waits on a worker (see core/claim.ts), only on another
- * statement's brief row lock; a second of waiting means something is wrong,
- * and 55P03 is then answered as "in progress".
+ * Nothing of ours holds a row lock across anything slower than a pipelined
+ * statement (core/complete.ts), so a second of waiting on one means something
+ * is wrong, and 55P03 is then answered as "in progress".
  */
-const LOCK_TIMEOUT_MS = 1_000
+export const LOCK_TIMEOUT_MS = 1_000
+/**
+ * The database ends a transaction of ours that sits idle this long: our only
+ * transaction (the completion) pipelines its statements, so it is never idle
+ * for more than a round trip. A process that hangs, or whose connection goes
+ * half-open, between its completing UPDATE and COMMIT would otherwise hold the
+ * key's row lock until TCP gives up (hours); with this the lock is gone within
+ * seconds and the key can be reclaimed (invariant 7).
+ */
+export const IDLE_IN_TRANSACTION_TIMEOUT_MS = 5_000
+/**
+ * TCP keepalive on both ends, in seconds: a peer that vanished (partition,
+ * SIGKILLed host) is detected in about IDLE + INTERVAL * COUNT = 11 s instead
+ * of the kernel's two hours, and its backend ends.
+ */
+const KEEPALIVE_IDLE_SECONDS = 5
+const KEEPALIVE_INTERVAL_SECONDS = 2
+const KEEPALIVE_COUNT = 3
+
+/**
+ * The session settings above, in pg_settings' own units (ms for timeouts, s
+ * for keepalives), under their server names: one home for the startup
+ * parameters of a direct connection, for the ALTER ROLE statements that put
+ * them in force behind PgBouncer, and for the check that they are.
+ */
+export const SESSION_SETTINGS: Readonly<Record<string, number>> = Object.freeze({
+  statement_timeout: STATEMENT_TIMEOUT_MS,
+  lock_timeout: LOCK_TIMEOUT_MS,
+  idle_in_transaction_session_timeout: IDLE_IN_TRANSACTION_TIMEOUT_MS,
+  tcp_keepalives_idle: KEEPALIVE_IDLE_SECONDS,
+  tcp_keepalives_interval: KEEPALIVE_INTERVAL_SECONDS,
+  tcp_keepalives_count: KEEPALIVE_COUNT,
+})
+
+/**
+ * Behind PgBouncer in transaction mode (DATABASE_PGBOUNCER=1) startup
+ * parameters other than a few (application_name, client_encoding, ...) are
+ * refused, and a SET would stick to whichever server connection ran it. So
+ * the operator sets SESSION_SETTINGS on the service's role in its database,
+ * once: stored in the catalog, they apply to every session of that role there,
+ * through any pooler, and survive a failover (the catalog is replicated).
+ * PgBouncer's connect_query would do too, but lives outside the database and
+ * is lost when the pooler's config is rebuilt (docs/scaling.md).
+ */
+export function sessionSettingsSql(role: string, database: string): string {
+  const ident = (name: string) => `"${name.replaceAll('"', '""')}"`
+  return Object.entries(SESSION_SETTINGS)
+    .map(([name, value]) => `alter role ${ident(role)} in database ${ident(database)} set ${name} = ${value};`)
+    .join('\n')
+}
+
+/** The SESSION_SETTINGS this connection does not run with, as "name = actual (want expected)"; empty when all hold. */
+export async function missingSessionSettings(sql: postgres.Sql<any>): Promise<string[]> {
+  const rows = await sql<{ name: string; setting: string }[]>`
+    select name, setting from pg_settings where name in ${sql(Object.keys(SESSION_SETTINGS))}`
+  const actual = new Map(rows.map((row) => [row.name, row.setting]))
+  return Object.entries(SESSION_SETTINGS)
+    .filter(([name, value]) => actual.get(name) !== String(value))
+    .map(([name, value]) => `${name} = ${actual.get(name) ?? 'unknown'} (want ${value})`)
+}
+
+/**
+ * postgres.js (3.4) options that depend on where DATABASE_URL points, shared
+ * by the pools and the health probe.
+ *
+ * - PgBouncer (1.18, transaction mode) keeps no prepared statement across
+ *   transactions: a statement prepared on one server connection is missing on
+ *   the next ("prepared statement does not exist"), so nothing is prepared.
+ * - postgres.js reads `target_session_attrs=read-write` as "the server reports
+ *   default_transaction_read_only = off", which a hot standby of PostgreSQL 14+
+ *   also reports: during a failover a reconnect would settle on the standby
+ *   that is not yet promoted, and every write on that connection failed (25006)
+ *   (seen in test/scale/failover.test.ts). `primary` (not in recovery) is what
+ *   read-write means for us, as in libpq.
+ */
+export function driverOptions(url: string, pgbouncer: boolean): { prepare?: boolean; target_session_attrs?: 'primary' } {
+  const readWrite = /[?&]target_session_attrs=read-write(&|#|$)/.test(url)
+  return { ...(pgbouncer ? { prepare: false } : {}), ...(readWrite ? { target_session_attrs: 'primary' as const } : {}) }
+}
 
 export interface Pools {
-  /** Short statements: claims, replays, reads, releases. Never held across a handler. */
+  /** Single statements in autocommit: claims, replays, reads, releases. */
   readonly short: Pool
-  /** Lease-holding transactions, held for a handler's whole run (provider call included). */
+  /**
+   * The completing transactions (core/complete.ts), each held for a couple of
+   * pipelined round trips, never across a handler's foreign call: a separate
+   * pool so a burst of completions never queues the claims and 409s.
+   */
   readonly work: Pool
   close(timeoutSeconds?: number): Promise<void>
 }
 
 export interface PoolOptions {
-  /** Connections for short statements per process. @default 8 */
+  /** Connections for single statements per process. @default 8 */
   readonly shortMax?: number
-  /** Connections for handler transactions per process: the in-flight request limit. @default 16 */
+  /** Connections for completing transactions per process. @default 8 */
   readonly workMax?: number
   readonly applicationName?: string
+  /** DATABASE_PGBOUNCER=1: no prepared statements, and SESSION_SETTINGS come from the role, not startup parameters. @default false */
+  readonly pgbouncer?: boolean
 }
 
-function connect(url: string, max: number, applicationName: string): Pool {
+function connect(url: string, max: number, applicationName: string, pgbouncer: boolean): Pool {
   return postgres(url, {
+    ...driverOptions(url, pgbouncer),
     max,
     connect_timeout: CONNECT_TIMEOUT_SECONDS,
     backoff: reconnectBackoff,
     idle_timeout: 60,
     max_lifetime: 30 * 60,
+    keep_alive: KEEPALIVE_IDLE_SECONDS,
     onnotice: () => undefined,
     // bigint (lease) stays a string: exact, and JSON-safe.
-    connection: {
-      application_name: applicationName,
-      statement_timeout: STATEMENT_TIMEOUT_MS,
-      lock_timeout: LOCK_TIMEOUT_MS,
-    },
+    connection: pgbouncer ? { application_name: applicationName } : { application_name: applicationName, ...SESSION_SETTINGS },
   }) as Pool
 }
 
-/**
- * Two pools, so that slow handlers holding transactions can never starve the
- * claims and 409 answers of connections (invariant 6).
- */
+/** Two pools, so that completions can never starve the claims and 409 answers of connections (invariant 6). */
 export function openPools(url: string, options: PoolOptions = {}): Pools {
   const name = options.applicationName ?? 'idempotent-post'
-  const short = connect(url, options.shortMax ?? 8, `${name}:short`)
-  const work = connect(url, options.workMax ?? 16, `${name}:work`)
+  const pgbouncer = options.pgbouncer ?? false
+  const short = connect(url, options.shortMax ?? 8, `${name}:short`, pgbouncer)
+  const work = connect(url, options.workMax ?? 8, `${name}:work`, pgbouncer)
+  if (pgbouncer) warnOnMissingSessionSettings(short)
   return {
     short,
     work,
@@ -75,6 +156,23 @@ export function openPools(url: string, options: PoolOptions = {}): Pools {
       await Promise.all([short.end({ timeout: timeoutSeconds }), work.end({ timeout: timeoutSeconds })])
     },
   }
+}
+
+/**
+ * Behind PgBouncer the settings depend on the operator's ALTER ROLE: say at
+ * start, loudly, when they are not in force, since the deadlines of invariant
+ * 7 rest on them. Not fatal: a start against a database that is still coming
+ * up must not be refused, and the service works (less guarded) without them.
+ */
+function warnOnMissingSessionSettings(sql: Pool): void {
+  const check = async () => {
+    const missing = await missingSessionSettings(sql)
+    if (missing.length === 0) return
+    const [who] = await sql<{ role: string; database: string }[]>`select current_user as role, current_database() as database`
+    console.error(`DATABASE_PGBOUNCER=1, but these session settings are not in force: ${missing.join(', ')}. ` +
+      `Run as an administrator:\n${sessionSettingsSql(who!.role, who!.database)}\n(docs/scaling.md)`)
+  }
+  check().catch((error: unknown) => console.error(`DATABASE_PGBOUNCER=1: could not check the session settings: ${error instanceof Error ? error.message : String(error)}`))
 }
 
 /** True when the database answers within `timeoutMs`. */

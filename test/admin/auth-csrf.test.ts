@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { SessionKeys, SESSION_SECONDS } from '../../src/admin/session'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { ADMIN_TOKEN, startServer, type ServerProcess } from '../support/server'
-import { api, keyExists, postForm, signIn, stuckKey, type Signed } from './support'
+import { api, keyInProcessing, postForm, signIn, stuckKey, type Signed } from './support'
 
 let db: TestDatabase
 let server: ServerProcess
@@ -126,20 +126,20 @@ describe('CSRF on state-changing forms', () => {
       const response = await attempt
       expect({ label, status: response.status }).toEqual({ label, status: label === 'no session' ? 401 : 403 })
     }
-    expect(await keyExists(db.sql, 'acme', 'csrf-target')).toBe(true)
+    expect(await keyInProcessing(db.sql, 'acme', 'csrf-target')).toBe(true)
     const [audit] = await db.sql`select count(*)::int as n from idempotency_audit where key = 'csrf-target'`
     expect(audit!.n).toBe(0)
 
     const allowed = await postForm(server.url, '/admin/keys/expire', { ...fields, csrf: alice.csrf }, { cookie: alice.cookie, headers: { 'sec-fetch-site': 'same-origin' } })
     expect(allowed.status).toBe(303)
-    expect(await keyExists(db.sql, 'acme', 'csrf-target')).toBe(false)
+    expect(await keyInProcessing(db.sql, 'acme', 'csrf-target')).toBe(false)
   })
 
   test('expire-all-stale and sign-out check the token too', async () => {
     await stuckKey(db.sql, 'acme', 'csrf-stale-target')
     const refused = await postForm(server.url, '/admin/expire-stale', { as_of: new Date().toISOString() }, { cookie: alice.cookie })
     expect(refused.status).toBe(403)
-    expect(await keyExists(db.sql, 'acme', 'csrf-stale-target')).toBe(true)
+    expect(await keyInProcessing(db.sql, 'acme', 'csrf-stale-target')).toBe(true)
     const logout = await postForm(server.url, '/admin/logout', {}, { cookie: alice.cookie, origin: 'https://evil.example' })
     expect(logout.status).toBe(403)
   })

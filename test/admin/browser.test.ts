@@ -8,7 +8,7 @@ import { mkdirSync } from 'node:fs'
 import { chromium, type Browser } from 'playwright-core'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { ADMIN_TOKEN, startServer, type ServerProcess } from '../support/server'
-import { keyExists, stuckKey } from './support'
+import { keyInProcessing, stuckKey } from './support'
 
 const ARTIFACTS = 'test-artifacts'
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
@@ -59,7 +59,7 @@ test('an operator signs in, sees a stuck key, expires it, and sees it gone', asy
   expect(await page.locator('.notice').innerText()).toContain('Expired: the key was deleted')
   expect(await page.locator('td.key', { hasText: stuck }).count()).toBe(1) // only in the audit trail now
   expect(await page.locator('table').first().locator('td.key', { hasText: stuck }).count()).toBe(0)
-  expect(await keyExists(db.sql, 'acme', stuck)).toBe(false)
+  expect(await keyInProcessing(db.sql, 'acme', stuck)).toBe(false)
   await page.screenshot({ path: `${ARTIFACTS}/admin-after-expire.png`, fullPage: true })
 
   // "Expire all stale" goes through a confirmation page first.
@@ -69,8 +69,8 @@ test('an operator signs in, sees a stuck key, expires it, and sees it gone', asy
   await page.click('button.danger')
   await page.waitForURL(/\/admin\?result=\d+$/)
   expect(await page.locator('.notice').innerText()).toContain('1 key(s) expired')
-  expect(await keyExists(db.sql, 'globex', hostile)).toBe(false)
-  expect(await keyExists(db.sql, 'acme', 'order-7790')).toBe(true) // fresh: not stale, untouched
+  expect(await keyInProcessing(db.sql, 'globex', hostile)).toBe(false)
+  expect(await keyInProcessing(db.sql, 'acme', 'order-7790')).toBe(true) // fresh: not stale, untouched
   expect(dialogs).toEqual([])
   await page.close()
 }, 60_000)

@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { startServer, type ServerProcess } from '../support/server'
-import { api, keyExists, postForm, signIn, stuckKey, type Signed } from './support'
+import { api, keyInProcessing, postForm, signIn, stuckKey, type Signed } from './support'
 
 /** Keys are client-chosen (printable ASCII, no space: the table's CHECK): each of these must come back as text. */
 const HOSTILE_KEYS = [
@@ -63,7 +63,7 @@ describe('hostile keys', () => {
       .find((match) => decode(match[1]!) === victim)![2]!
     const expired = await postForm(server.url, '/admin/keys/expire', { csrf: admin.csrf, tenant: 'acme', key: victim, lease }, { cookie: admin.cookie })
     expect(expired.status).toBe(303)
-    expect(await keyExists(db.sql, 'acme', victim)).toBe(false)
+    expect(await keyInProcessing(db.sql, 'acme', victim)).toBe(false)
     const after = await page(expired.headers.get('location')!)
     expect(after.html).toContain('Expired: the key was deleted')
     expect(after.html).not.toContain('"><img')

@@ -10,17 +10,21 @@ import { BENCH_BASELINE_ROUTE } from '../../src/payments/bench-baseline'
 import { buildApp } from '../../src/server'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment } from '../support/http'
+import { startProvider, type ProviderHandle } from '../support/server'
 
 let db: TestDatabase
+let provider: ProviderHandle
 beforeAll(async () => {
   db = await createTestDatabase('bench_baseline')
+  provider = await startProvider()
 })
 afterAll(async () => {
+  await provider?.stop()
   await db?.drop()
 })
 
 function app(env: Record<string, string>) {
-  const config = loadConfig({ API_KEYS: 'acme:acme-key', ...env })
+  const config = loadConfig({ API_KEYS: 'acme:acme-key', PAYMENT_PROVIDER_URL: provider.url, ...env })
   return buildApp({ config, pools: db.pools, metrics: createMetrics() })
 }
 

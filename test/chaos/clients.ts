@@ -81,6 +81,23 @@ export function exactlyOnce(results: Map<string, Attempt[]>, payments: Map<strin
   return problems
 }
 
+/**
+ * Checks invariant 8 for each key, at the provider's ledger: exactly one
+ * charge for the key's customer (each key pays for a customer of its own),
+ * and it is the one the payment refers to. Returns the failures.
+ */
+export async function chargedOnce(sql: import('postgres').Sql, provider: { charges(customer?: string): Promise<{ id: string }[]> }, customers: Map<string, string>, tenant = 'acme'): Promise<string[]> {
+  const problems: string[] = []
+  const refs = new Map((await sql<{ idempotency_key: string; provider_ref: string }[]>`
+    select idempotency_key, provider_ref from payments where tenant = ${tenant}`).map((row) => [row.idempotency_key, row.provider_ref]))
+  for (const [key, customer] of customers) {
+    const charges = await provider.charges(customer)
+    if (charges.length !== 1) problems.push(`${key}: ${charges.length} charges at the provider`)
+    else if (refs.has(key) && charges[0]!.id !== refs.get(key)) problems.push(`${key}: the payment refers to ${refs.get(key)}, the provider charged ${charges[0]!.id}`)
+  }
+  return problems
+}
+
 export function tally(results: Iterable<Attempt[]>): Record<string, number> {
   const counts: Record<string, number> = {}
   for (const attempts of results)

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { startServer, type ServerProcess } from '../support/server'
 import { payment } from '../support/http'
-import { exactlyOnce, payUntilAnswered, paymentsByKey, tally, type Attempt } from './clients'
+import { chargedOnce, exactlyOnce, payUntilAnswered, paymentsByKey, tally, type Attempt } from './clients'
 
 let db: TestDatabase
 let server: ServerProcess
@@ -21,21 +21,23 @@ afterAll(async () => {
   await db?.drop()
 })
 
-test('each 502 releases its key at once; retries succeed; one payment per key', async () => {
+test('each 502 releases its key at once; retries succeed; one payment and one charge per key', async () => {
   const results = new Map<string, Attempt[]>()
+  const customers = new Map<string, string>()
   let checkedReleases = 0
   await Promise.all(Array.from({ length: 40 }, async (_, i) => {
     const key = `provider-${i}-${crypto.randomUUID()}`
+    customers.set(key, `cus_one_${i}`)
     const attempts: Attempt[] = []
     for (;;) {
-      const attempt = await oneAttempt(key, i)
+      const attempt = await oneAttempt(key, customers.get(key)!)
       attempts.push(attempt)
       if (attempt.status === 201) break
       expect(attempt.status).toBe(502)
-      // Released before the answer left: nothing of this request is stored.
-      const { n } = (await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where tenant = 'acme' and key = ${key}`)[0]!
+      // Released before the answer left: no payment, and the key free for the retry.
+      const [row] = await db.sql<{ status: string }[]>`select status from idempotency_keys where tenant = 'acme' and key = ${key}`
       const { p } = (await db.sql<{ p: number }[]>`select count(*)::int as p from payments where idempotency_key = ${key}`)[0]!
-      expect([n, p]).toEqual([0, 0])
+      expect([row?.status, p]).toEqual(['released', 0])
       checkedReleases++
     }
     results.set(key, attempts)
@@ -46,14 +48,17 @@ test('each 502 releases its key at once; retries succeed; one payment per key', 
   for (const attempts of results.values())
     for (const a of attempts.filter((a) => a.status === 502)) expect(a.contentType).toBe('application/problem+json')
   expect(exactlyOnce(results, await paymentsByKey(db.sql))).toEqual([])
+  expect(await chargedOnce(db.sql, server.provider, customers)).toEqual([])
 }, 60_000)
 
-test('3 concurrent retrying clients per key under 30% provider failures: exactly one payment per key', async () => {
+test('3 concurrent retrying clients per key under 30% provider failures: exactly one payment and one charge per key', async () => {
   await db.sql`truncate payments, idempotency_keys`
   const results = new Map<string, Attempt[]>()
+  const customers = new Map<string, string>()
   await Promise.all(Array.from({ length: 30 }, async (_, i) => {
     const key = `provider-dup-${i}-${crypto.randomUUID()}`
-    const all = await Promise.all([0, 1, 2].map(() => payUntilAnswered(key, payment({ customer: `cus_${i}` }), { url: () => server.url, pauseMs: 50 })))
+    customers.set(key, `cus_dup_${i}`)
+    const all = await Promise.all([0, 1, 2].map(() => payUntilAnswered(key, payment({ customer: customers.get(key)! }), { url: () => server.url, pauseMs: 50 })))
     results.set(key, all.flat())
   }))
   const counts = tally(results.values())
@@ -61,16 +66,17 @@ test('3 concurrent retrying clients per key under 30% provider failures: exactly
   expect(counts['502'] ?? 0).toBeGreaterThan(0)
   expect(Object.keys(counts).filter((label) => !['201', '201 replay', '409', '502'].includes(label))).toEqual([])
   expect(exactlyOnce(results, await paymentsByKey(db.sql))).toEqual([])
+  expect(await chargedOnce(db.sql, server.provider, customers)).toEqual([])
   const { processing } = (await db.sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_keys where status = 'processing'`)[0]!
   expect(processing).toBe(0)
 }, 60_000)
 
-async function oneAttempt(key: string, i: number): Promise<Attempt> {
+async function oneAttempt(key: string, customer: string): Promise<Attempt> {
   const started = performance.now()
   const response = await fetch(`${server.url}/api/payments`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: 'Bearer acme-key', 'idempotency-key': key },
-    body: JSON.stringify(payment({ customer: `cus_${i}` })),
+    body: JSON.stringify(payment({ customer })),
   })
   const text = await response.text()
   return {

@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { userInfo } from 'node:os'
 import { createTestDatabase, type TestDatabase } from '../support/db'
-import { keyExists, stuckKey } from '../admin/support'
+import { keyInProcessing, stuckKey } from '../admin/support'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -71,7 +71,7 @@ describe('operations', () => {
     const run = await idem(['expire', 'acme', 'cli-stuck'])
     expect(run).toMatchObject({ code: 0 })
     expect(run.stdout).toContain('expired')
-    expect(await keyExists(db.sql, 'acme', 'cli-stuck')).toBe(false)
+    expect(await keyInProcessing(db.sql, 'acme', 'cli-stuck')).toBe(false)
     const [entry] = await db.sql`select actor, action, outcome from idempotency_audit where key = 'cli-stuck'`
     expect(entry).toEqual({ actor: user, action: 'force_expire', outcome: 'expired' })
   })
@@ -92,14 +92,14 @@ describe('operations', () => {
       await worker`rollback`
       worker.release()
     }
-    expect(await keyExists(db.sql, 'acme', 'cli-held')).toBe(true)
+    expect(await keyInProcessing(db.sql, 'acme', 'cli-held')).toBe(true)
     const missing = await idem(['expire', 'acme', 'no-such-key'])
     expect(missing.code).toBe(1)
     expect(missing.stderr).toContain('nothing done')
     const oldLease = await idem(['expire', 'acme', 'cli-held', '--lease', String(BigInt(lease) + 1000n)])
     expect(oldLease.code).toBe(1)
     expect(oldLease.stdout).toContain('nothing done')
-    expect(await keyExists(db.sql, 'acme', 'cli-held')).toBe(true)
+    expect(await keyInProcessing(db.sql, 'acme', 'cli-held')).toBe(true)
     const [entry] = await db.sql`select outcome from idempotency_audit where key = 'cli-held' and action = 'force_expire' order by id limit 1`
     expect(entry!.outcome).toBe('worker_alive')
   })
@@ -110,11 +110,11 @@ describe('operations', () => {
     const dry = await idem(['expire-stale', '--tenant', 'globex'])
     expect(dry.code).toBe(2)
     expect(dry.stdout).toContain('2 stale key(s) would be expired')
-    expect(await keyExists(db.sql, 'globex', 'cli-batch-1')).toBe(true)
+    expect(await keyInProcessing(db.sql, 'globex', 'cli-batch-1')).toBe(true)
     const run = await idem(['expire-stale', '--tenant', 'globex', '--yes'])
     expect(run.code).toBe(0)
     expect(run.stdout).toContain('expired 2 stale key(s); 0 skipped')
-    expect(await keyExists(db.sql, 'globex', 'cli-batch-2')).toBe(false)
+    expect(await keyInProcessing(db.sql, 'globex', 'cli-batch-2')).toBe(false)
   })
 
   test('purge deletes completed keys past retention, counts shows the state, audit lists the actions', async () => {

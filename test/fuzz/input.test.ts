@@ -130,6 +130,13 @@ function deeperThan(value: unknown, limit: number): boolean {
 }
 
 /** True when `value` is a payment the schema accepts (SPEC: amount, currency, customer, description?). */
+/** A string (or key) that is not well-formed Unicode: PostgreSQL would store U+FFFD instead. */
+function hasLoneSurrogate(value: unknown): boolean {
+  if (typeof value === 'string') return !value.isWellFormed()
+  if (value === null || typeof value !== 'object') return false
+  return Object.entries(value).some(([key, item]) => !key.isWellFormed() || hasLoneSurrogate(item))
+}
+
 function validPayment(value: unknown): boolean {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return false
   const v = value as Record<string, unknown>
@@ -151,8 +158,10 @@ function expectedStatus(key: string | null, contentType: string | null, body: Ui
   } catch {
     return 400
   }
-  if (deeperThan(value, 32) || hasNul(value)) return 400
+  if (deeperThan(value, 32) || hasNul(value) || hasLoneSurrogate(value)) return 400
   if (key === null || !KEY.test(key)) return 400
+  // JSON.parse rounds 100.0 and 1e2 to integers; the contract wants integers as written.
+  if (/\.|\d[eE]/.test(new TextDecoder().decode(body).replace(/"(?:[^"\\]|\\.)*"/g, '""'))) return 400
   return validPayment(value) ? 201 : 400
 }
 

@@ -26,9 +26,10 @@ afterAll(async () => {
   await db?.drop()
 })
 
+/** Keys that hold a claim or an answer (a released key holds neither), and payments. */
 async function counts(key?: string) {
   const [row] = await db.sql<{ keys: number; payments: number }[]>`
-    select (select count(*)::int from idempotency_keys where ${key ?? null}::text is null or key = ${key ?? null}) as keys,
+    select (select count(*)::int from idempotency_keys where status <> 'released' and (${key ?? null}::text is null or key = ${key ?? null})) as keys,
            (select count(*)::int from payments where ${key ?? null}::text is null or idempotency_key = ${key ?? null}) as payments`
   return row!
 }

@@ -1,7 +1,7 @@
 /** The retention purge deletes completed keys past retention, and nothing else, while traffic runs. */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { claim } from '../../src/core/claim'
-import { runWithLease } from '../../src/core/lease'
+import { complete } from '../../src/core/complete'
 import { purgeExpired } from '../../src/core/purge'
 import { startRetentionPurge } from '../../src/maintenance/retention-purge'
 import { createMetrics } from '../../src/metrics/registry'
@@ -54,7 +54,7 @@ test('two purgers under concurrent claims and completions delete only completed 
       const result = await claim(db.pools.short, identity({ key, body: { worker, i } }), timing)
       answers.set(result.kind, (answers.get(result.kind) ?? 0) + 1)
       if (result.kind !== 'created' && result.kind !== 'reclaimed') continue
-      await runWithLease(db.pools.work, db.pools.short, result.lease, async () => ({ status: 201, headers: {}, body: '{}' }))
+      await complete(db.pools.work, result.lease, async () => ({ status: 201, headers: {}, body: '{}' }))
       completed.add(key)
     }
   }

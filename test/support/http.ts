@@ -19,6 +19,7 @@ export interface PostOptions {
   key?: string | null
   contentType?: string
   headers?: Record<string, string>
+  signal?: AbortSignal
 }
 
 export function postPayment(baseUrl: string, body: unknown, options: PostOptions = {}): Promise<Response> {
@@ -30,6 +31,7 @@ export function postPayment(baseUrl: string, body: unknown, options: PostOptions
     method: 'POST',
     headers,
     body: typeof body === 'string' ? body : JSON.stringify(body),
+    ...(options.signal ? { signal: options.signal } : {}),
   })
 }
 

@@ -1,31 +1,113 @@
 import type { Subprocess } from 'bun'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Charge } from '../../src/provider/client'
+import { startSimulator, type Simulator } from '../../src/provider/simulator'
 import { spawnService } from './process'
 
 export interface ServerProcess {
   readonly url: string
   readonly proc: Subprocess
+  /** The payment provider this server charges through: counts are taken at its ledger. */
+  readonly provider: ProviderHandle
   /** Everything the server printed so far. */
   output(): string
-  /** Sends a signal and waits for the exit code. */
+  /** Sends a signal and waits for the exit code; stops the provider too unless it was passed in. */
   stop(signal?: NodeJS.Signals): Promise<number>
+}
+
+export interface ProviderHandle {
+  readonly url: string
+  /** Every charge the provider recorded for `customer` (all when omitted), read over its HTTP API. */
+  charges(customer?: string): Promise<Charge[]>
+  /** Valid charge requests the simulator has not answered yet (waiting out their delay). */
+  pending(): number
+  stop(): Promise<void>
 }
 
 export const API_KEYS = 'acme:acme-key,globex:globex-key'
 export const ADMIN_TOKEN = 'test-admin-token-123'
 
+/** The simulator's fault settings, taken out of a service env: the service itself only needs the provider's URL. */
+const PROVIDER_SETTINGS = ['PAYMENT_PROVIDER_DELAY_MS', 'PAYMENT_PROVIDER_FAILURE_RATE', 'PAYMENT_PROVIDER_LOST_RESPONSE_RATE'] as const
+
+export interface ProviderFaults {
+  readonly delayMs?: number | undefined
+  readonly failureRate?: number | undefined
+  readonly lostResponseRate?: number | undefined
+  /** Draws for the fault rolls (see SimulatorOptions.random): tests steer which answers are lost. */
+  readonly random?: (() => number) | undefined
+}
+
+/** A bundled provider simulator on a free port with a ledger of its own, in this test process. */
+export async function startProvider(faults: ProviderFaults = {}): Promise<ProviderHandle> {
+  const dir = mkdtempSync(join(tmpdir(), 'idem-provider-'))
+  const simulator: Simulator = await startSimulator({
+    port: 0,
+    ledgerPath: join(dir, 'ledger.sqlite'),
+    delayMs: faults.delayMs ?? 0,
+    failureRate: faults.failureRate ?? 0,
+    lostResponseRate: faults.lostResponseRate ?? 0,
+    ...(faults.random ? { random: faults.random } : {}),
+  })
+  return {
+    url: simulator.url,
+    charges: (customer) => chargesAt(simulator.url, customer),
+    pending: () => simulator.pendingCharges(),
+    async stop() {
+      await simulator.stop()
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
+/** Counts charges over the provider's own API, as an operator or a black-box test would. */
+export async function chargesAt(providerUrl: string, customer?: string): Promise<Charge[]> {
+  const query = customer === undefined ? '' : `?customer=${encodeURIComponent(customer)}`
+  const response = await fetch(`${providerUrl}/v1/charges${query}`)
+  if (!response.ok) throw new Error(`the provider answered ${response.status} to a charges listing`)
+  return ((await response.json()) as { data: Charge[] }).data
+}
+
+export interface StartOptions {
+  /** Charge through this provider (e.g. one that outlives a restarted server); else one is started from the env's PAYMENT_PROVIDER_* faults. */
+  readonly provider?: ProviderHandle
+}
+
 /**
  * Starts `bun src/main.ts` as a real process on a free port: the product as a
- * user runs it, over real HTTP.
+ * user runs it, over real HTTP, charging through a provider simulator of its
+ * own (PAYMENT_PROVIDER_DELAY_MS and friends in `env` configure that simulator).
  */
-export async function startServer(databaseUrl: string, env: Record<string, string> = {}): Promise<ServerProcess> {
-  const { proc, url, output } = await spawnService({ env: { DATABASE_URL: databaseUrl, API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test', ...env } })
+export async function startServer(databaseUrl: string, env: Record<string, string> = {}, options: StartOptions = {}): Promise<ServerProcess> {
+  const serviceEnv: Record<string, string> = { ...env }
+  const faults: Record<string, number> = {}
+  for (const name of PROVIDER_SETTINGS) {
+    if (serviceEnv[name] !== undefined) faults[name] = Number(serviceEnv[name])
+    delete serviceEnv[name]
+  }
+  const provider = options.provider ?? await startProvider({
+    delayMs: faults.PAYMENT_PROVIDER_DELAY_MS,
+    failureRate: faults.PAYMENT_PROVIDER_FAILURE_RATE,
+    lostResponseRate: faults.PAYMENT_PROVIDER_LOST_RESPONSE_RATE,
+  })
+  const { proc, url, output } = await spawnService({
+    env: { DATABASE_URL: databaseUrl, API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test', PAYMENT_PROVIDER_URL: provider.url, ...serviceEnv },
+  }).catch(async (error: unknown) => {
+    if (!options.provider) await provider.stop()
+    throw error
+  })
   return {
     url,
     proc,
+    provider,
     output,
     async stop(signal = 'SIGTERM') {
       if (proc.exitCode === null) proc.kill(signal)
-      return proc.exited
+      const code = await proc.exited
+      if (!options.provider) await provider.stop()
+      return code
     },
   }
 }
