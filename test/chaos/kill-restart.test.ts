@@ -4,40 +4,49 @@
  * has exactly one payment, and every 2xx for a key carried that payment's id.
  *
  * What makes it hold: a killed worker's connections close, so PostgreSQL rolls
- * its transactions back (no payment) and drops its row locks; its keys stay
- * `processing` and become reclaimable once the 1 s TTL has passed.
+ * back a completion in flight (no payment); its keys stay `processing` and
+ * become reclaimable once the 1 s TTL has passed. The reclaim keeps the
+ * request's downstream key, so a charge the killed worker made is returned by
+ * the provider, not made again: one charge per key in the provider's ledger.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { startServer, type ServerProcess } from '../support/server'
 import { payment } from '../support/http'
-import { exactlyOnce, payUntilAnswered, paymentsByKey, tally, type Attempt } from './clients'
+import { startProvider, type ProviderHandle } from '../support/server'
+import { chargedOnce, exactlyOnce, payUntilAnswered, paymentsByKey, tally, type Attempt } from './clients'
 
-const ENV = { IDEMPOTENCY_TTL_SECONDS: '1', PAYMENT_PROVIDER_DELAY_MS: '150' }
+const ENV = { IDEMPOTENCY_TTL_SECONDS: '1' }
 const KEYS = 60
 const KILLS = 4
 
 let db: TestDatabase
 let server: ServerProcess
+/** Outlives every restart of the service, as a real provider does: its ledger counts the charges. */
+let provider: ProviderHandle
 beforeAll(async () => {
   db = await createTestDatabase('chaos_kill')
+  provider = await startProvider({ delayMs: 150 })
 })
 afterAll(async () => {
   if (server?.proc.exitCode === null) await server.stop('SIGKILL')
+  await provider?.stop()
   await db?.drop()
 })
 
-test(`${KILLS} SIGKILLs under load: exactly one payment per key`, async () => {
-  server = await startServer(db.url, ENV)
+test(`${KILLS} SIGKILLs under load: exactly one payment and one charge per key`, async () => {
+  server = await startServer(db.url, ENV, { provider })
   let url = server.url
   const results = new Map<string, Attempt[]>()
+  const customers = new Map<string, string>()
   let strandedSeen = 0
 
   // Clients start in waves, so some are mid-flight at every kill.
   const clients = Array.from({ length: KEYS }, async (_, i) => {
     await Bun.sleep(i * 40)
     const key = `kill-${i}-${crypto.randomUUID()}`
-    results.set(key, await payUntilAnswered(key, payment({ customer: `cus_${i}`, amount: 100 + i }), { url: () => url }))
+    customers.set(key, `cus_kill_${i}`)
+    results.set(key, await payUntilAnswered(key, payment({ customer: customers.get(key)!, amount: 100 + i }), { url: () => url }))
   })
 
   const chaos = (async () => {
@@ -55,7 +64,7 @@ test(`${KILLS} SIGKILLs under load: exactly one payment per key`, async () => {
       const { n } = (await db.sql`select count(*)::int as n from idempotency_keys where status = 'processing'`)[0]!
       strandedSeen += n
       await Bun.sleep(100) // clients meet a closed port for a while
-      server = await startServer(db.url, ENV)
+      server = await startServer(db.url, ENV, { provider })
       url = server.url
     }
   })()
@@ -67,6 +76,7 @@ test(`${KILLS} SIGKILLs under load: exactly one payment per key`, async () => {
 
   expect(results.size).toBe(KEYS)
   expect(exactlyOnce(results, payments)).toEqual([])
+  expect(await chargedOnce(db.sql, provider, customers)).toEqual([])
   expect(strandedSeen).toBeGreaterThan(0) // the kills did hit work in flight
   expect(counts['network-error'] ?? 0).toBeGreaterThan(0)
   // No 5xx other than 503 (database) / 502 (provider), and no error outside problem+json.

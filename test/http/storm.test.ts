@@ -9,8 +9,12 @@ import { payment, postPayment } from '../support/http'
 import { startNaiveServer } from '../support/naive'
 import { startServer, type ServerProcess } from '../support/server'
 
-/** Long enough that every request of the storm lands while the first is still processing. */
-const PROVIDER_DELAY_MS = 800
+/**
+ * Long enough that every request of the storm lands while the first is still
+ * processing, even on a busy 2-core machine: then every answer but one must be
+ * a 409, and a replay means a retry waited for the first to finish.
+ */
+const PROVIDER_DELAY_MS = 3_000
 
 let db: TestDatabase
 let slow: ServerProcess
@@ -29,7 +33,7 @@ afterAll(async () => {
 
 interface Answer { status: number; id?: string; at: number; replayed: boolean; retryAfter: string | null }
 
-async function storm(url: string, key: string, n: number, body = payment()): Promise<Answer[]> {
+async function storm(url: string, key: string, n: number, body: object = payment()): Promise<Answer[]> {
   return Promise.all(Array.from({ length: n }, async () => {
     const response = await postPayment(url, body, { key })
     const text = await response.text()
@@ -51,9 +55,10 @@ async function paymentsFor(key: string): Promise<number> {
 
 describe('same-key storm', () => {
   for (const n of [50, 300]) {
-    test(`${n} concurrent requests with one key: one payment, one id, the rest 409 at once`, async () => {
+    test(`${n} concurrent requests with one key: one payment, one charge, the rest 409 at once`, async () => {
       const key = `storm-${n}-${crypto.randomUUID()}`
-      const answers = await storm(slow.url, key, n)
+      const customer = `cus_storm_${crypto.randomUUID().slice(0, 8)}`
+      const answers = await storm(slow.url, key, n, payment({ customer }))
       const statuses = answers.map((a) => a.status)
       const created = answers.filter((a) => a.status === 201)
       const conflicts = answers.filter((a) => a.status === 409)
@@ -63,7 +68,12 @@ describe('same-key storm', () => {
       expect(await paymentsFor(key)).toBe(1)
       expect(new Set(created.map((a) => a.id)).size).toBe(1)
       expect(created.filter((a) => !a.replayed)).toHaveLength(1)
+      // Catches a claim that waits: a retry that blocked until the first finished comes back as a replay.
+      expect(created.filter((a) => a.replayed)).toHaveLength(0)
       expect(created.length + conflicts.length).toBe(n)
+      // Exactly once where it counts: the provider recorded one charge, the one the payment names.
+      const charges = await slow.provider.charges(customer)
+      expect(charges.map((c) => c.id)).toEqual([(await db.sql`select provider_ref from payments where idempotency_key = ${key}`)[0]!.provider_ref])
       expect(conflicts.every((a) => Number(a.retryAfter) >= 1)).toBe(true)
       // No 409 waited for the worker: every one came back before the payment did.
       const paid = created.find((a) => !a.replayed)!.at
@@ -98,6 +108,10 @@ test('200 keys x 10 concurrent retries: 200 payments, one id per key, no 5xx', a
   expect(answers.every((a) => a.status === 201 || a.status === 409)).toBe(true)
   const [paid] = await db.sql<{ n: number }[]>`select count(*)::int as n from payments where customer = ${customer}`
   expect(paid!.n).toBe(200)
+  const charges = await fast.provider.charges(customer)
+  expect(charges).toHaveLength(200)
+  const refs = await db.sql<{ provider_ref: string }[]>`select provider_ref from payments where customer = ${customer}`
+  expect(new Set(charges.map((c) => c.id))).toEqual(new Set(refs.map((r) => r.provider_ref)))
   const [duplicated] = await db.sql<{ dupes: number }[]>`
     select count(*)::int as dupes from (select idempotency_key from payments where customer = ${customer} group by 1 having count(*) > 1) d`
   expect(duplicated!.dupes).toBe(0)
