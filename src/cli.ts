@@ -16,7 +16,7 @@ import { formatAge } from './admin/format'
 import { listAudit } from './core/audit'
 import { countKeys } from './core/counts'
 import { listProcessing, MAX_PAGE_SIZE } from './core/list-processing'
-import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from './config'
+import { readServerSettings, type ServerSettings } from './core/settings'
 
 const EXIT = { ok: 0, refused: 1, usage: 2 } as const
 
@@ -33,12 +33,19 @@ function actor(): string {
   return `cli:${name}`.slice(0, 128)
 }
 
-/** Whole seconds from the environment, validated like the server's config (SPEC: a bad value is an error naming the variable). */
-function seconds(name: string, fallback: number): number {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  if (!/^\d+$/.test(raw.trim()) || Number(raw) < 1) throw new UsageError(`${name} must be a whole number of seconds ≥ 1, got ${JSON.stringify(raw)}`)
-  return Number(raw)
+/**
+ * The TTL and retention the server runs with, as it recorded them at start.
+ * Never the operator's shell: `IDEMPOTENCY_RETENTION_SECONDS=1 idem purge`
+ * once deleted keys the service still replays, and the next retry paid twice.
+ */
+async function serverSettings(sql: Parameters<typeof readServerSettings>[0]): Promise<ServerSettings> {
+  const settings = await readServerSettings(sql)
+  if (!settings) throw new RefusedError('no server has recorded its settings in this database yet: start the service once, so that operator commands apply its TTL and retention')
+  for (const [name, value] of [['IDEMPOTENCY_TTL_SECONDS', settings.ttlSeconds], ['IDEMPOTENCY_RETENTION_SECONDS', settings.retentionSeconds]] as const) {
+    const mine = process.env[name]
+    if (mine && mine.trim() !== String(value)) process.stderr.write(`idem: ignoring ${name}=${mine} from this shell: the server runs with ${value}\n`)
+  }
+  return settings
 }
 
 function positiveInt(value: string): number {
@@ -55,8 +62,6 @@ async function withDatabase<T>(work: (context: ActionContext, sql: postgres.Sql)
   const url = process.env.DATABASE_URL?.trim()
   if (!url) throw new UsageError('DATABASE_URL is not set: point it at the service\'s database, e.g. DATABASE_URL=postgres://user@host:5432/db')
   if (!/^postgres(ql)?:\/\//.test(url)) throw new UsageError('DATABASE_URL must be a postgres:// or postgresql:// URL')
-  const ttlSeconds = seconds('IDEMPOTENCY_TTL_SECONDS', DEFAULT_TTL_SECONDS)
-  const retentionSeconds = seconds('IDEMPOTENCY_RETENTION_SECONDS', DEFAULT_RETENTION_SECONDS)
   const sql = postgres(url, {
     max: 2,
     connect_timeout: 5,
@@ -65,7 +70,8 @@ async function withDatabase<T>(work: (context: ActionContext, sql: postgres.Sql)
     connection: { application_name: 'idempotent-post:cli', statement_timeout: 30_000, lock_timeout: 1_000 },
   })
   try {
-    return await work({ sql: sql as never, ttlSeconds, retentionSeconds }, sql)
+    const settings = await serverSettings(sql as never)
+    return await work({ sql: sql as never, ttlSeconds: settings.ttlSeconds, retentionSeconds: settings.retentionSeconds }, sql)
   } finally {
     await sql.end({ timeout: 5 })
   }
@@ -150,7 +156,7 @@ export function buildProgram(): Command {
     }))
 
   program.command('purge')
-    .description('delete completed keys past IDEMPOTENCY_RETENTION_SECONDS now (the server also does this every minute)')
+    .description('delete completed keys past the server\'s retention now (the server also does this every minute)')
     .option('--json', 'machine-readable output')
     .action((options: { json?: boolean }) => withDatabase(async (context) => {
       const result = await purgeAction(context, actor())

@@ -120,7 +120,12 @@ function providerFor(config: Config): PaymentProvider {
 const BUN_BODY_CAP_BYTES = 1024 * 1024 * 1024
 
 export function serve(app: App, deps: AppDependencies, options: { reusePort?: boolean } = {}) {
-  const fetch = observed(deps.metrics, (request) => app.handle(request))
+  const handle = observed(deps.metrics, (request) => app.handle(request))
+  // An HTTP/1.0 request may come without Host; Bun then cannot build its URL
+  // (reading request.url throws), so it is refused before anything reads it.
+  const fetch = (request: Request) => request.headers.has('host')
+    ? handle(request)
+    : problemResponse({ code: 'missing-host', status: 400, title: 'Bad request', detail: 'Send a Host header.' })
   return Bun.serve({
     hostname: deps.config.host,
     port: deps.config.port,

@@ -30,5 +30,5 @@ export const problems = {
   unsupportedMediaType: (): Problem => ({ code: 'unsupported-media-type', status: 415, title: 'Unsupported media type', detail: 'Send Content-Type: application/json.' }),
   tooLarge: (limit: number): Problem => ({ code: 'body-too-large', status: 413, title: 'Request body too large', detail: `The body must be at most ${limit} bytes.` }),
   unavailable: (): Problem => ({ code: 'database-unavailable', status: 503, title: 'Service unavailable', detail: 'The database is unavailable; retry later with the same Idempotency-Key.' }),
-  internal: (): Problem => ({ code: 'internal', status: 500, title: 'Internal error', detail: 'Processing failed; the idempotency key was released, so a retry runs again.' }),
+  internal: (): Problem => ({ code: 'internal', status: 500, title: 'Internal error', detail: 'The request failed on our side; it may be retried.' }),
 } as const

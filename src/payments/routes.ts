@@ -1,5 +1,6 @@
 import { Elysia } from 'elysia'
 import type { Pools } from '../store/db'
+import { retryRead } from '../store/read'
 import { idempotentPost, type IdempotencyOptions } from '../http/idempotency'
 import { problemResponse, problems } from '../http/problem'
 import { decodeCursor, encodeCursor, isUuid } from './cursor'
@@ -43,7 +44,7 @@ export function paymentsRoutes(options: PaymentsOptions) {
       if (tenant === undefined) return problemResponse(problems.unauthorized(), { 'www-authenticate': 'Bearer' })
       // Another tenant's payment is answered exactly like a missing one: no existence leaks.
       if (!isUuid(params.id)) return problemResponse(problems.notFound('No such payment.'))
-      const [row] = await pools.short<PaymentRow[]>`select ${columns} from payments where id = ${params.id} and tenant = ${tenant}`
+      const [row] = await retryRead(() => pools.short<PaymentRow[]>`select ${columns} from payments where id = ${params.id} and tenant = ${tenant}`)
       return row ? Response.json(paymentJson(row)) : problemResponse(problems.notFound('No such payment.'))
     })
     .get(PAYMENTS_ROUTE, async ({ request }) => {
@@ -60,12 +61,12 @@ export function paymentsRoutes(options: PaymentsOptions) {
       const rawCursor = query.get('cursor')
       const cursor = rawCursor ? decodeCursor(rawCursor) : undefined
       if (rawCursor && !cursor) return problemResponse(problems.badRequest('invalid-query', 'cursor is not one this API gave out.'))
-      const rows = await pools.short<PaymentRow[]>`
+      const rows = await retryRead(() => pools.short<PaymentRow[]>`
         select ${columns} from payments
          where tenant = ${tenant} and customer = ${customer}
            ${cursor ? pools.short`and (created_at, id) < (${cursor.createdAt}::timestamptz, ${cursor.id}::uuid)` : pools.short``}
          order by created_at desc, id desc
-         limit ${limit + 1}`
+         limit ${limit + 1}`)
       const page = rows.slice(0, limit)
       const last = page.at(-1)
       return Response.json({

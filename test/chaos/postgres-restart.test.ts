@@ -100,6 +100,10 @@ test('a database restart under load: 503s while down, recovery without a service
     if ((await fetch(`${server.url}/readyz`)).status === 200) { readyAfterMs = performance.now() - restartedAt; break }
     await Bun.sleep(50)
   }
+  // Once ready, reads answer at once, even through a pooled connection that died with the old server.
+  const reads = await Promise.all(Array.from({ length: 8 }, () =>
+    fetch(`${server.url}/api/payments?customer=cus_0`, { headers: { authorization: 'Bearer acme-key' } }).then((r) => r.status)))
+  expect(reads).toEqual(Array(8).fill(200))
 
   // The refused requests' clients retry; the rest are still running theirs.
   const downResults = await Promise.all(downKeys.map((key) => payUntilAnswered(key, payment(), { url: () => server.url })))

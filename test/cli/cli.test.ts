@@ -3,10 +3,13 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { userInfo } from 'node:os'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { keyInProcessing, stuckKey } from '../admin/support'
+import { writeServerSettings } from '../../src/core/settings'
 
 let db: TestDatabase
 beforeAll(async () => {
   db = await createTestDatabase('cli')
+  // As a server does at start: the CLI applies these, never its own shell's.
+  await writeServerSettings(db.sql, { ttlSeconds: 30, retentionSeconds: 3600 })
 })
 afterAll(() => db?.drop())
 
@@ -14,7 +17,7 @@ interface Run { code: number; stdout: string; stderr: string }
 
 async function idem(args: string[], env: Record<string, string> = {}): Promise<Run> {
   const proc = Bun.spawn([process.execPath, 'src/cli.ts', ...args], {
-    env: { ...process.env, DATABASE_URL: db.url, IDEMPOTENCY_TTL_SECONDS: '30', IDEMPOTENCY_RETENTION_SECONDS: '3600', ...env },
+    env: { ...process.env, DATABASE_URL: db.url, IDEMPOTENCY_TTL_SECONDS: '', IDEMPOTENCY_RETENTION_SECONDS: '', ...env },
     stdout: 'pipe',
     stderr: 'pipe',
   })
@@ -29,14 +32,11 @@ describe('usage', () => {
     expect(run.stderr).toContain('DATABASE_URL is not set')
   })
 
-  test('unknown commands, bad options and a bad TTL are usage errors (exit 2); --help is not', async () => {
+  test('unknown commands and bad options are usage errors (exit 2); --help is not', async () => {
     expect((await idem(['frobnicate'])).code).toBe(2)
     expect((await idem(['list', '--limit', 'lots'])).code).toBe(2)
     expect((await idem(['expire', 'acme'])).code).toBe(2)
     expect((await idem(['expire', 'acme', 'k', '--lease', '-1'])).code).toBe(2)
-    const ttl = await idem(['counts'], { IDEMPOTENCY_TTL_SECONDS: 'soon' })
-    expect(ttl.code).toBe(2)
-    expect(ttl.stderr).toContain('IDEMPOTENCY_TTL_SECONDS')
     const help = await idem(['--help'])
     expect(help.code).toBe(0)
     expect(help.stdout).toContain('expire-stale')
@@ -133,5 +133,28 @@ describe('operations', () => {
     expect(audit.code).toBe(0)
     expect(audit.stdout).toContain('purge_expired')
     expect(audit.stdout).toContain(user)
+  })
+
+  test('the server\'s retention, not the shell\'s: IDEMPOTENCY_RETENTION_SECONDS=1 purge leaves a live key replayable', async () => {
+    await db.sql`
+      insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at, response_status, response_headers, response_body)
+      values ('acme', 'cli-live', 'POST', '/api/payments', ${'f'.repeat(64)}, 'done', now() - interval '1 minute', now() - interval '1 minute',
+              now() - interval '1 minute', 201, '{}'::jsonb, '{}')`
+    const purge = await idem(['purge'], { IDEMPOTENCY_RETENTION_SECONDS: '1', IDEMPOTENCY_TTL_SECONDS: '1' })
+    expect(purge.code).toBe(0)
+    expect(purge.stderr).toContain('ignoring IDEMPOTENCY_RETENTION_SECONDS=1 from this shell: the server runs with 3600')
+    const [row] = await db.sql`select status from idempotency_keys where tenant = 'acme' and key = 'cli-live'`
+    expect(row?.status).toBe('done')
+  })
+
+  test('on a database no server has run on, operator commands refuse rather than guess the settings', async () => {
+    const empty = await createTestDatabase('cli_empty')
+    try {
+      const run = await idem(['purge'], { DATABASE_URL: empty.url })
+      expect(run.code).toBe(1)
+      expect(run.stderr).toContain('start the service once')
+    } finally {
+      await empty.drop()
+    }
   })
 })

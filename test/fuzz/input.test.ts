@@ -337,3 +337,17 @@ test('malformed HTTP framing is refused before the app (documented answers), and
   const ok = await send({ body: JSON.stringify({ amount: 1, currency: 'EUR', customer: 'after' }) })
   expect(ok.answer.status).toBe(201)
 }, 30_000)
+
+test('HTTP/1.0 without Host (legal there): 400 problem+json from the service, not a 500, and nothing stored', async () => {
+  const body = JSON.stringify({ amount: 100, currency: 'EUR', customer: 'http10' })
+  const before = await stored()
+  for (const request of [
+    `POST /api/payments HTTP/1.0\r\nAuthorization: Bearer acme-key\r\nIdempotency-Key: h10-${crypto.randomUUID()}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+    'GET /healthz HTTP/1.0\r\n\r\n',
+  ]) {
+    const answer = await rawRequest(port, request)
+    expect(answer?.status).toBe(400)
+    expect(answer?.headers.get('content-type')).toBe('application/problem+json')
+  }
+  expect(await stored()).toEqual(before)
+})
