@@ -1,7 +1,10 @@
 import * as alerting from '@grafana/grafana-foundation-sdk/alerting'
+import type * as dashboard from '@grafana/grafana-foundation-sdk/dashboard'
 import * as expr from '@grafana/grafana-foundation-sdk/expr'
 import * as prometheus from '@grafana/grafana-foundation-sdk/prometheus'
-import { ALERTS, type AlertDefinition } from './queries'
+import { ALERTS, EVALUATION_INTERVAL_SECONDS, alertAnnotations, comparison, type AlertDefinition } from './alert-definitions'
+import { buildDashboard, panelId } from './dashboard'
+import { DEFAULT_SETTINGS, type BuildSettings } from './settings'
 
 /**
  * The Prometheus datasource UID the Grafana rules query. Provision your
@@ -11,12 +14,12 @@ import { ALERTS, type AlertDefinition } from './queries'
 export const PROMETHEUS_UID = 'prometheus'
 export const RULE_GROUP = 'idempotency'
 export const RULE_FOLDER = 'Idempotency'
-/** 60 s: as often as Prometheus' own rule evaluation in most setups (the SDK's Duration is in seconds). */
-const EVALUATION_INTERVAL_SECONDS = 60
 /** Grafana's id for its server-side expressions (reduce, threshold). */
 const EXPRESSION_UID = '__expr__'
+/** The reduce step: Grafana templates read the alert's value as `$values.B.Value`. */
+const REDUCED = 'B'
 
-function grafanaRule(alert: AlertDefinition): alerting.RuleBuilder {
+function grafanaRule(alert: AlertDefinition, settings: BuildSettings, board: dashboard.Dashboard): alerting.RuleBuilder {
   return new alerting.RuleBuilder(alert.name)
     .uid(alert.uid)
     .ruleGroup(RULE_GROUP)
@@ -24,38 +27,47 @@ function grafanaRule(alert: AlertDefinition): alerting.RuleBuilder {
     .orgID(1)
     .condition('C')
     .forDuration(alert.for)
-    // No series at all means the service is not scraped: that is the job of an `up` alert, not of these.
-    .noDataState('OK')
+    // No series at all means the service is not scraped: the target-down alert's job, not these.
+    .noDataState(alert.noData ?? 'OK')
     .execErrState('Error')
     .labels({ severity: alert.severity })
-    .annotations({ summary: alert.summary, description: alert.description })
+    .annotations({
+      ...alertAnnotations(alert, settings, `$values.${REDUCED}.Value`),
+      // Grafana links the alert to its panel ("View panel", the panel's heart).
+      __dashboardUid__: board.uid!,
+      __panelId__: String(panelId(board, alert.panel)),
+    })
     .withQuery(new alerting.QueryBuilder('A')
       .datasourceUid(PROMETHEUS_UID)
       .relativeTimeRange({ from: 600, to: 0 })
       .model(new prometheus.DataqueryBuilder().refId('A').expr(alert.expr).instant()))
-    .withQuery(new alerting.QueryBuilder('B')
+    .withQuery(new alerting.QueryBuilder(REDUCED)
       .datasourceUid(EXPRESSION_UID)
-      .model(new expr.TypeReduceBuilder().refId('B').expression('A').reducer('last')))
+      .model(new expr.TypeReduceBuilder().refId(REDUCED).expression('A').reducer('last')))
     .withQuery(new alerting.QueryBuilder('C')
       .datasourceUid(EXPRESSION_UID)
-      .model(new expr.TypeThresholdBuilder().refId('C').expression('B')
+      .model(new expr.TypeThresholdBuilder().refId('C').expression(REDUCED)
         .conditions([{ evaluator: { type: 'gt', params: [alert.threshold] } }])))
 }
 
-export function buildGrafanaRuleGroup(): alerting.RuleGroup {
+export function buildGrafanaRuleGroup(settings: BuildSettings = DEFAULT_SETTINGS, board: dashboard.Dashboard = buildDashboard()): alerting.RuleGroup {
   return new alerting.RuleGroupBuilder(RULE_GROUP)
     .folderUid(RULE_FOLDER)
     .interval(EVALUATION_INTERVAL_SECONDS)
-    .rules(ALERTS.map(grafanaRule))
+    .rules(ALERTS.map((alert) => grafanaRule(alert, settings, board)))
     .build()
 }
 
 /**
  * The same rule group as a Grafana file-provisioning document
  * (provisioning/alerting/*.yaml): the SDK builds the API shape, and the file
- * format names a few fields differently (name, folder, orgId).
+ * format names a few fields differently (name, folder, orgId). The file
+ * format takes the panel link as `dashboardUid`/`panelId` fields; the API
+ * shape as the `__dashboardUid__`/`__panelId__` annotations. Both are written,
+ * with the same values.
  */
-export function grafanaProvisioning(group: alerting.RuleGroup = buildGrafanaRuleGroup()) {
+export function grafanaProvisioning(settings: BuildSettings = DEFAULT_SETTINGS, board: dashboard.Dashboard = buildDashboard()) {
+  const group = buildGrafanaRuleGroup(settings, board)
   return {
     apiVersion: 1,
     groups: [{
@@ -68,6 +80,8 @@ export function grafanaProvisioning(group: alerting.RuleGroup = buildGrafanaRule
         title: rule.title,
         condition: rule.condition,
         data: rule.data,
+        dashboardUid: rule.annotations?.__dashboardUid__,
+        panelId: Number(rule.annotations?.__panelId__),
         noDataState: rule.noDataState,
         execErrState: rule.execErrState,
         for: rule.for,
@@ -80,16 +94,18 @@ export function grafanaProvisioning(group: alerting.RuleGroup = buildGrafanaRule
 }
 
 /** The same alerts as a Prometheus rule file. */
-export function prometheusRules() {
+export function prometheusRules(settings: BuildSettings = DEFAULT_SETTINGS) {
   return {
     groups: [{
       name: RULE_GROUP,
+      // Overrides the global evaluation_interval (1 m by default): the stale-key detection time counts on 30 s.
+      interval: `${EVALUATION_INTERVAL_SECONDS}s`,
       rules: ALERTS.map((alert) => ({
         alert: alert.name,
-        expr: `${alert.expr} > ${alert.threshold}`,
+        expr: comparison(alert.expr, alert.threshold),
         for: alert.for,
         labels: { severity: alert.severity },
-        annotations: { summary: alert.summary, description: alert.description },
+        annotations: alertAnnotations(alert, settings, '$value'),
       })),
     }],
   }

@@ -1,7 +1,7 @@
 /**
  * The operator actions as the page and the JSON API run them: the core
- * operation (which writes its own audit entries) plus the metric. The CLI
- * calls the same core functions.
+ * operation, which writes its own audit entries (the forced-expirations
+ * metric is read from that trail, so the CLI's actions count too).
  */
 import { expireStale, type ExpireStaleResult } from '../core/expire-stale'
 import { forceExpire, type ExpireTarget, type ForceExpireResult } from '../core/force-expire'
@@ -20,14 +20,11 @@ export interface ActionContext {
 
 export async function forceExpireAction(context: ActionContext, target: ExpireTarget, actor: string): Promise<ForceExpireResult> {
   const result = await forceExpire(context.sql, target, actor, { ttlSeconds: context.ttlSeconds, now: context.now?.() })
-  context.metrics?.forcedExpirations.inc({ outcome: result.outcome })
   return result
 }
 
 export async function expireStaleAction(context: ActionContext, options: { asOf?: Date | undefined; tenant?: string | undefined }, actor: string): Promise<ExpireStaleResult> {
   const result = await expireStale(context.sql, { ttlSeconds: context.ttlSeconds, asOf: options.asOf ?? context.now?.(), tenant: options.tenant }, actor)
-  if (result.expired > 0) context.metrics?.forcedExpirations.inc({ outcome: 'expired' }, result.expired)
-  if (result.workerAlive > 0) context.metrics?.forcedExpirations.inc({ outcome: 'worker_alive' }, result.workerAlive)
   return result
 }
 

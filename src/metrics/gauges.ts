@@ -1,11 +1,13 @@
-import { Gauge, Registry } from 'prom-client'
+import { Counter, Gauge, Registry } from 'prom-client'
 import type { Sql } from '../core/types'
+import { ForcedExpirationTally } from './forced-expirations'
 import { readDuplicates } from './read-duplicates'
+import { readForcedExpirations } from './read-forced-expirations'
 import { readProcessingGauges } from './read-processing-gauges'
 
-/** The two gauge queries, refreshed and timed out independently (a slow duplicates scan never blinds the stale-key alert). */
-type Query = 'processing' | 'duplicates'
-const QUERIES: readonly Query[] = ['processing', 'duplicates']
+/** The database queries, refreshed and timed out independently (a slow duplicates scan never blinds the stale-key alert). */
+type Query = 'processing' | 'duplicates' | 'forced_expirations'
+const QUERIES: readonly Query[] = ['processing', 'duplicates', 'forced_expirations']
 
 /**
  * 5 s: Prometheus scrapes every 15 s to 1 min, so a scrape never sees values
@@ -67,6 +69,8 @@ export class DatabaseGauges {
   private readonly stale: Gauge<'tenant'>
   private readonly oldest: Gauge
   private readonly duplicates: Gauge<'tenant'>
+  private readonly forcedExpirations: Counter<'outcome'>
+  private readonly forcedTally = new ForcedExpirationTally()
   private readonly failed: Gauge<'query'>
   private readonly lastSuccess: Gauge<'query'>
   private readonly duration: Gauge<'query'>
@@ -91,6 +95,14 @@ export class DatabaseGauges {
       name: 'idempotency_duplicate_entities',
       help: 'Completions in the last hour that repeat the same request (tenant, route, body) under another key: a client making a new key per retry. Global: aggregate with max.',
       labelNames: ['tenant'],
+      registers,
+    })
+    // A counter read from the database (see forced-expirations.ts): the audit
+    // trail is append-only, so the value only grows, across restarts too.
+    this.forcedExpirations = new Counter({
+      name: 'idempotency_forced_expirations_total',
+      help: 'Operator force-expirations of processing keys by outcome, from the audit trail: admin page, JSON API and CLI alike. Global (same from every process): aggregate with max, not sum.',
+      labelNames: ['outcome'],
       registers,
     })
     this.failed = new Gauge({
@@ -153,7 +165,18 @@ export class DatabaseGauges {
         this.oldest.set(oldestAgeSeconds)
       }),
       this.run('duplicates', (tx) => readDuplicates(tx, window, now), (byTenant) => this.replace(this.duplicates, byTenant), DUPLICATES_WORK_MEM),
+      this.readForcedExpirations(),
     ])
+  }
+
+  private readForcedExpirations(): Promise<void> {
+    const range = this.forcedTally.range()
+    return this.run('forced_expirations', (tx) => readForcedExpirations(tx, range), (read) => {
+      const totals = this.forcedTally.apply(range, read)
+      this.forcedExpirations.reset()
+      // Absent while catching up after a start: a partial count would read as an increase.
+      for (const [outcome, n] of totals ?? []) this.forcedExpirations.inc({ outcome }, n)
+    })
   }
 
   /** Runs one gauge query under the statement timeout; on failure its gauges keep their last values. */

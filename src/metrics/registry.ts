@@ -21,7 +21,6 @@ export interface Metrics {
   readonly reclaims: Counter<'route'>
   readonly leasesLost: Counter<'route'>
   readonly releases: Counter<'route'>
-  readonly forcedExpirations: Counter<'outcome'>
   readonly purgedKeys: Counter
 }
 
@@ -73,12 +72,6 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
       labelNames: ['route'],
       registers,
     }),
-    forcedExpirations: new Counter({
-      name: 'idempotency_forced_expirations_total',
-      help: 'Operator force-expirations of processing keys, by outcome.',
-      labelNames: ['outcome'],
-      registers,
-    }),
     purgedKeys: new Counter({
       name: 'idempotency_purged_keys_total',
       help: 'Completed keys deleted after their retention ended.',
@@ -88,12 +81,22 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
 }
 
 /**
- * Gives every outcome of `route` a 0 sample before the first request, so that
- * rate() and increase() see the first increment (a series that appears at 1
- * has no earlier sample to subtract, so that request would be lost to them).
+ * The answers of an idempotent POST route (SPEC, HTTP contract) whose
+ * http_requests_total series exist from the start: the dashboards' "HTTP
+ * answers by status" and any status ratio see the first 409 or 5xx after a
+ * deploy. Others (a 502 from a proxy, say) appear on first use.
  */
-export function primeRoute(metrics: Metrics, route: string): void {
+export const PRIMED_STATUSES = ['201', '400', '401', '409', '413', '415', '422', '500', '503', '504'] as const
+
+/**
+ * Gives every outcome of `route`, and its usual HTTP statuses, a 0 sample
+ * before the first request, so that rate() and increase() see the first
+ * increment (a series that appears at 1 has no earlier sample to subtract, so
+ * that request would be lost to them: after every deploy, the first 409s).
+ */
+export function primeRoute(metrics: Metrics, route: string, method = 'POST'): void {
   for (const outcome of OUTCOMES) metrics.idempotencyRequests.inc({ route, outcome }, 0)
+  for (const status of PRIMED_STATUSES) metrics.httpRequests.inc({ method, route, status }, 0)
   metrics.reclaims.inc({ route }, 0)
   metrics.leasesLost.inc({ route }, 0)
   metrics.releases.inc({ route }, 0)

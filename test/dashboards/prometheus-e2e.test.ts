@@ -12,7 +12,8 @@ import { generatedExpressions } from './promql'
 /**
  * End to end: a real Prometheus scrapes a real server, a worker dies with a
  * key in processing, and the stale-keys alert of dashboards/prometheus-rules.yml
- * (with `for` shortened to 2 s) reaches `firing` in Prometheus' HTTP API.
+ * (with `for` shortened to 2 s, evaluated every second) reaches `firing` in
+ * Prometheus' HTTP API, with its links and labels filled in.
  */
 const ALERT = 'IdempotencyStaleProcessingKeys'
 const SHORT_FOR = '2s'
@@ -42,7 +43,7 @@ async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T 
   throw new Error(`timed out waiting for ${what}\n--- prometheus log ---\n${prometheusLog}`)
 }
 
-interface PromAlert { labels: Record<string, string>; state: 'pending' | 'firing' }
+interface PromAlert { labels: Record<string, string>; annotations: Record<string, string>; state: 'pending' | 'firing' }
 
 async function alerts(): Promise<PromAlert[]> {
   const body = await (await fetch(`${prometheusUrl}/api/v1/alerts`)).json() as { data: { alerts: PromAlert[] } }
@@ -57,7 +58,10 @@ beforeAll(async () => {
 
   dir = mkdtempSync(join(tmpdir(), 'idem-prometheus-'))
   const rules = prometheusRules()
-  for (const group of rules.groups) for (const rule of group.rules) rule.for = SHORT_FOR
+  for (const group of rules.groups) {
+    group.interval = '1s' // the rule file's own 30 s would override the 1 s below
+    for (const rule of group.rules) rule.for = SHORT_FOR
+  }
   await Bun.write(join(dir, 'rules.yml'), Bun.YAML.stringify(rules, null, 2))
   const target = new URL(scraped.url).host
   await Bun.write(join(dir, 'prometheus.yml'), Bun.YAML.stringify({
@@ -104,6 +108,11 @@ test('a worker killed mid-request strands its key, and the stale-keys alert fire
 
   const firing = await until(`${ALERT} to fire`, 60_000, async () => (await alerts()).find((alert) => alert.state === 'firing'))
   expect(firing.labels).toMatchObject({ alertname: ALERT, tenant: 'acme', severity: 'page' })
+  expect(firing.annotations).toMatchObject({
+    summary: 'Tenant acme: 1 idempotency key(s) stuck in processing',
+    admin_url: 'http://127.0.0.1:3000/admin?tenant=acme&stale=1',
+    runbook_url: 'docs/operators.md#idempotencystaleprocessingkeys',
+  })
 
   // A retry reclaims the key; the gauge drops to 0 and the alert resolves.
   const retry = await postPayment(scraped.url, payment(), { key })

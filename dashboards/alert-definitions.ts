@@ -1,0 +1,190 @@
+/**
+ * The alerts, written once and rendered both as Grafana rules and as
+ * Prometheus rules (alerts.ts), with their timing defaults and the links every
+ * alert carries: its runbook section in docs/operators.md and the admin page.
+ */
+import { DEFAULT_METRICS_CACHE_MS, DEFAULT_TTL_SECONDS } from '../src/config'
+import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, staleKeys, targetsDown } from './queries'
+import type { BuildSettings } from './settings'
+
+/**
+ * 30 s, for the Prometheus rule group (its `interval:` overrides the global
+ * evaluation_interval, whose default is 1 m) and the Grafana rule group alike.
+ * It is a term of the stale-key detection time below; the rules are five
+ * cheap instant queries.
+ */
+export const EVALUATION_INTERVAL_SECONDS = 30
+/** What the detection time assumes of your scrape config: the 15 s of the example in docs/observability.md. */
+export const ASSUMED_SCRAPE_INTERVAL_SECONDS = 15
+/** Alertmanager's and Grafana's default `group_wait`: the wait between firing and the first notification. */
+export const ASSUMED_GROUP_WAIT_SECONDS = 30
+/**
+ * 30 s, two evaluations in a row: a stale key is already past the TTL (its
+ * worker is over its deadline, which invariant 7 bounds to the TTL plus a few
+ * seconds), so `for` only has to ride out that grace and a retry that
+ * reclaims the key in the meantime, not to prove the worker dead.
+ */
+export const STALE_KEYS_FOR_SECONDS = 30
+
+export interface DetectionTime {
+  readonly ttlSeconds: number
+  readonly cacheSeconds: number
+  readonly scrapeSeconds: number
+  readonly evaluationSeconds: number
+  readonly forSeconds: number
+  readonly groupWaitSeconds: number
+  /** Worker dead → alert firing in Prometheus or Grafana, at worst. */
+  readonly firingSeconds: number
+  /** … → first notification sent, at worst. */
+  readonly notifiedSeconds: number
+}
+
+/**
+ * The longest a stale key can go unnoticed, counted from its worker's death,
+ * each term at its worst: the key becomes stale at most TTL after the worker
+ * died (it was claimed no later than that); /metrics may serve a value the
+ * cache computed up to `cache` earlier; the next scrape comes within `scrape`;
+ * the next evaluation within `evaluation`; it fires `for` later; the
+ * notification leaves after `group_wait`. (The scrape itself, a few ms, is
+ * left out.)
+ */
+export function staleKeyDetection(ttlSeconds = DEFAULT_TTL_SECONDS): DetectionTime {
+  const terms = {
+    ttlSeconds,
+    cacheSeconds: DEFAULT_METRICS_CACHE_MS / 1000,
+    scrapeSeconds: ASSUMED_SCRAPE_INTERVAL_SECONDS,
+    evaluationSeconds: EVALUATION_INTERVAL_SECONDS,
+    forSeconds: STALE_KEYS_FOR_SECONDS,
+    groupWaitSeconds: ASSUMED_GROUP_WAIT_SECONDS,
+  }
+  const firingSeconds = terms.ttlSeconds + terms.cacheSeconds + terms.scrapeSeconds + terms.evaluationSeconds + terms.forSeconds
+  return { ...terms, firingSeconds, notifiedSeconds: firingSeconds + terms.groupWaitSeconds }
+}
+
+/**
+ * 0.1: one 409 per ten successes. A client retries after its own timeout
+ * (seconds), while a payment completes in milliseconds plus the provider, so
+ * a healthy service answers a few 409s per thousand (a double-tap, a retry
+ * racing a slow provider call). Ten per cent sustained for 10 minutes means
+ * processing got slow (keys held longer than clients wait), keys are stranded
+ * (every retry of a stuck key is a 409 until the TTL), or a client hammers a
+ * key in a loop. All three need a human; a 1% threshold would page on a single
+ * impatient client at low traffic.
+ */
+export const CONFLICT_RATIO_THRESHOLD = 0.1
+
+export interface AlertDefinition {
+  readonly uid: string
+  /** Also the heading of its runbook section in docs/operators.md. */
+  readonly name: string
+  /** The measured expression, without the comparison. */
+  readonly expr: string
+  readonly threshold: number
+  /** How long the condition must hold (Prometheus `for`). */
+  readonly for: string
+  readonly severity: 'page' | 'ticket'
+  /** Title of the dashboard panel that shows what it measures (Grafana's __panelId__). */
+  readonly panel: string
+  /** The admin page to open, from the service's root: a Go template over the alert's labels. */
+  readonly adminPath: string
+  /** `value` is the template expression of the alert's value: `$value` (Prometheus), `$values.B.Value` (Grafana). */
+  readonly summary: (value: string) => string
+  readonly description: (value: string) => string
+  /** Grafana, when the query returns no series. @default 'OK' (no series: the target-down alert's business) */
+  readonly noData?: 'OK' | 'Alerting'
+}
+
+/** `expr > threshold`, with `expr` in parentheses when it has a set operator (`>` binds tighter than `or`). */
+export function comparison(expr: string, threshold: number): string {
+  return `${/\b(or|and|unless)\b/.test(expr) ? `(${expr})` : expr} > ${threshold}`
+}
+
+/** The runbook anchor: GitHub's slug of the section heading, which is the alert's name. */
+export function runbookAnchor(alertName: string): string {
+  return alertName.toLowerCase()
+}
+
+/** What every alert says and links to, in either system's template dialect. */
+export function alertAnnotations(alert: AlertDefinition, settings: BuildSettings, value: string): Record<string, string> {
+  const runbook = `${settings.runbookBaseUrl}#${runbookAnchor(alert.name)}`
+  const admin = `${settings.adminUrl}${alert.adminPath}`
+  return {
+    summary: alert.summary(value),
+    description: `${alert.description(value)}\nAdmin page: ${admin}\nRunbook: ${runbook}`,
+    runbook_url: runbook,
+    admin_url: admin,
+  }
+}
+
+const TENANT = '{{ $labels.tenant }}'
+
+export const ALERTS: readonly AlertDefinition[] = [
+  {
+    uid: 'idem-stale-processing-keys',
+    name: 'IdempotencyStaleProcessingKeys',
+    expr: staleKeys(''),
+    threshold: 0,
+    for: `${STALE_KEYS_FOR_SECONDS}s`,
+    severity: 'page',
+    panel: PANELS.staleByTenant,
+    // Tenant names are letters, digits, _ . - (config.ts): safe in a query string as they are.
+    adminPath: `/admin?tenant=${TENANT}&stale=1`,
+    summary: (v) => `Tenant ${TENANT}: {{ ${v} }} idempotency key(s) stuck in processing`,
+    description: (v) => `{{ ${v} }} key(s) of tenant ${TENANT} have been in processing for longer than the TTL (${DEFAULT_TTL_SECONDS} s by default), and no retry has reclaimed them: their worker most likely died mid-request, and their clients do not know whether the payment went through. Open the admin page filtered on this tenant's stale keys, open each key, and force-expire it; the page refuses if a worker still holds it.`,
+  },
+  {
+    uid: 'idem-conflict-ratio',
+    name: 'IdempotencyConflictRatioHigh',
+    expr: conflictRatio('', '5m'),
+    threshold: CONFLICT_RATIO_THRESHOLD,
+    for: '10m',
+    severity: 'ticket',
+    panel: PANELS.conflictRatio,
+    adminPath: '/admin?stale=1',
+    summary: (v) => `409 "still processing" answers are {{ ${v} | humanizePercentage }} of 2xx on /api/payments`,
+    description: (v) => `For 10 minutes, retries that found their key still processing have been {{ ${v} | humanizePercentage }} of successful answers on /api/payments (threshold ${CONFLICT_RATIO_THRESHOLD * 100}%): processing got slow (keys held longer than clients wait), keys are stranded, or a client retries one key in a tight loop.`,
+  },
+  {
+    uid: 'idem-duplicate-entities',
+    name: 'IdempotencyDuplicateEntities',
+    expr: duplicateEntities(''),
+    threshold: 0,
+    // 1 m: the gauge is computed once per scrape cache interval; one minute
+    // rides out a single odd scrape without delaying a real finding much.
+    for: '1m',
+    severity: 'ticket',
+    panel: PANELS.duplicatesByTenant,
+    adminPath: `/admin?tenant=${TENANT}`,
+    summary: (v) => `Tenant ${TENANT}: {{ ${v} }} request(s) completed again under a new idempotency key`,
+    description: (v) => `In the last hour {{ ${v} }} completion(s) of tenant ${TENANT} repeat an earlier request (same route and body) under a different key: that client makes a new key per retry, so idempotency cannot protect it from paying twice.`,
+  },
+  {
+    uid: 'idem-gauges-refresh-failed',
+    name: 'IdempotencyGaugesRefreshFailing',
+    expr: 'max by (instance, query) (idempotency_gauges_refresh_failed)',
+    threshold: 0,
+    // 10 m: a slow database for a scrape or two is not news; ten minutes of
+    // stale gauges means the stale-key and duplicate alerts may be blind.
+    for: '10m',
+    severity: 'ticket',
+    panel: PANELS.gaugeRefresh,
+    adminPath: '/admin',
+    summary: () => 'The {{ $labels.query }} database gauges of {{ $labels.instance }} are not refreshing',
+    description: (v) => `The {{ $labels.query }} query behind /metrics on {{ $labels.instance }} has failed or timed out for 10 minutes (idempotency_gauges_refresh_failed = {{ ${v} }}): its gauges show old values, and the alerts built on them may be blind.`,
+  },
+  {
+    uid: 'idem-target-down',
+    name: 'IdempotencyTargetDown',
+    expr: targetsDown(SCRAPE_JOB),
+    threshold: 0,
+    // 2 m: eight failed scrapes at 15 s. A restart (a deploy, the WORKERS
+    // supervisor replacing a worker) misses one or two; longer is an outage.
+    for: '2m',
+    severity: 'page',
+    panel: PANELS.targetsUp,
+    adminPath: '/admin',
+    noData: 'Alerting',
+    summary: () => 'Prometheus cannot scrape {{ with $labels.instance }}{{ . }}{{ else }}any target{{ end }} of job {{ $labels.job }}',
+    description: (v) => `{{ with $labels.instance }}Target {{ . }} has failed every scrape{{ else }}Job {{ $labels.job }} has had no scrape target at all{{ end }} for 2 minutes (value {{ ${v} }}): the service is down, hung or unreachable from Prometheus, and every other alert is blind for it.`,
+  },
+]

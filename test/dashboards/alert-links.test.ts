@@ -1,0 +1,141 @@
+/**
+ * Every alert leads somewhere: its runbook section (which must exist), the
+ * admin page (filtered by tenant when it has one), its labels and value in
+ * the text, and in Grafana the dashboard panel it belongs to.
+ */
+import { expect, test } from 'bun:test'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { ALERTS, EVALUATION_INTERVAL_SECONDS, STALE_KEYS_FOR_SECONDS, staleKeyDetection } from '../../dashboards/alert-definitions'
+import { OUTPUTS } from '../../dashboards/build'
+import { DEFAULT_ADMIN_URL, DEFAULT_RUNBOOK_BASE_URL, SettingsError, settingsFromEnv } from '../../dashboards/settings'
+import { DEFAULT_TTL_SECONDS } from '../../src/config'
+import { metricNames } from './promql'
+
+const ROOT = join(import.meta.dir, '..', '..')
+const RUNBOOK = join(ROOT, DEFAULT_RUNBOOK_BASE_URL)
+
+/** GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens. */
+function anchors(markdown: string): Map<string, string> {
+  const sections = new Map<string, string>()
+  const lines = markdown.split('\n')
+  lines.forEach((line, index) => {
+    const heading = /^(#{1,6})\s+(.*)$/.exec(line)
+    if (!heading) return
+    const level = heading[1]!.length
+    const end = lines.findIndex((next, i) => i > index && /^#{1,6}\s/.test(next) && /^#+/.exec(next)![0].length <= level)
+    const slug = heading[2]!.trim().toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-')
+    sections.set(slug, lines.slice(index + 1, end === -1 ? undefined : end).join('\n'))
+  })
+  return sections
+}
+
+const prometheusRules = () => (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any).groups[0].rules as any[]
+const grafanaRules = () => (Bun.YAML.parse(readFileSync(OUTPUTS.grafanaAlerts, 'utf8')) as any).groups[0].rules as any[]
+
+test('every rule, Prometheus and Grafana, has a runbook_url whose anchor is a runbook section in docs/operators.md', () => {
+  const sections = anchors(readFileSync(RUNBOOK, 'utf8'))
+  const rules = [
+    ...prometheusRules().map((rule) => ({ name: `Prometheus ${rule.alert}`, annotations: rule.annotations })),
+    ...grafanaRules().map((rule) => ({ name: `Grafana ${rule.title}`, annotations: rule.annotations })),
+  ]
+  expect(rules).toHaveLength(ALERTS.length * 2)
+  for (const { name, annotations } of rules) {
+    const url: string | undefined = annotations?.runbook_url
+    expect({ name, url: url?.split('#')[0] }).toEqual({ name, url: DEFAULT_RUNBOOK_BASE_URL })
+    const anchor = url!.split('#')[1]!
+    expect({ name, anchor, exists: sections.has(anchor) }).toEqual({ name, anchor, exists: true })
+    const section = sections.get(anchor)!
+    for (const part of ['What it means', 'What to check', 'What to click'])
+      expect({ name, part, present: section.includes(`**${part}`) }).toEqual({ name, part, present: true })
+  }
+})
+
+/** The labels each alert carries when it fires, as the promtool tests pin them (severity aside). */
+function firedLabels(): Map<string, Set<string>> {
+  const file = Bun.YAML.parse(readFileSync(join(ROOT, 'dashboards', 'prometheus-rules.test.yml'), 'utf8')) as any
+  const labels = new Map<string, Set<string>>()
+  for (const t of file.tests) for (const check of t.alert_rule_test ?? []) for (const alert of check.exp_alerts) {
+    const names = labels.get(check.alertname) ?? new Set<string>()
+    for (const label of Object.keys(alert.exp_labels)) if (label !== 'severity') names.add(label)
+    labels.set(check.alertname, names)
+  }
+  return labels
+}
+
+test('every alert links to the admin page (filtered by tenant when it has one) and says its labels and value', () => {
+  const labelsOf = firedLabels()
+  for (const [system, rules, value] of [['Prometheus', prometheusRules(), '$value'], ['Grafana', grafanaRules(), '$values.B.Value']] as const) {
+    for (const rule of rules) {
+      const name = `${system} ${rule.alert ?? rule.title}`
+      const { admin_url: admin, description, summary, runbook_url: runbook } = rule.annotations
+      const expr: string = rule.expr ?? rule.data[0].model.expr
+      expect({ name, admin: admin.startsWith(`${DEFAULT_ADMIN_URL}/admin`) }).toEqual({ name, admin: true })
+      if (/by \([^)]*tenant/.test(expr)) expect({ name, admin }).toEqual({ name, admin: expect.stringContaining('?tenant={{ $labels.tenant }}') })
+      expect({ name, links: description.includes(admin) && description.includes(runbook) }).toEqual({ name, links: true })
+      const text = `${summary} ${description}`
+      expect({ name, value: text.includes(value) }).toEqual({ name, value: true })
+      for (const label of labelsOf.get(rule.alert ?? rule.title) ?? [])
+        expect({ name, label, said: text.includes(`$labels.${label}`) }).toEqual({ name, label, said: true })
+    }
+  }
+  const stale = prometheusRules().find((rule) => rule.alert === 'IdempotencyStaleProcessingKeys')
+  expect(stale.annotations.admin_url).toBe(`${DEFAULT_ADMIN_URL}/admin?tenant={{ $labels.tenant }}&stale=1`)
+})
+
+test('every Grafana alert carries the dashboard and the panel it belongs to, and that panel shows what it measures', () => {
+  const dashboard = JSON.parse(readFileSync(OUTPUTS.dashboard, 'utf8'))
+  const panels = new Map<number, any>(dashboard.panels.filter((panel: any) => panel.type !== 'row').map((panel: any) => [panel.id, panel]))
+  for (const rule of grafanaRules()) {
+    const { __dashboardUid__: uid, __panelId__: id } = rule.annotations
+    expect({ alert: rule.title, uid, fileUid: rule.dashboardUid }).toEqual({ alert: rule.title, uid: dashboard.uid, fileUid: dashboard.uid })
+    expect({ alert: rule.title, id, fileId: rule.panelId }).toEqual({ alert: rule.title, id: String(rule.panelId), fileId: expect.any(Number) })
+    const panel = panels.get(Number(id))
+    expect({ alert: rule.title, panel: panel?.title }).toEqual({ alert: rule.title, panel: ALERTS.find((alert) => alert.name === rule.title)!.panel })
+    const shown = new Set(panel.targets.flatMap((target: any) => metricNames(target.expr)))
+    for (const name of metricNames(rule.data[0].model.expr)) expect({ alert: rule.title, metric: name, shown: shown.has(name) }).toEqual({ alert: rule.title, metric: name, shown: true })
+  }
+})
+
+test('with the defaults, a stale key alerts within TTL + 2 minutes of its worker\'s death, as its runbook says', () => {
+  const time = staleKeyDetection()
+  expect(time.ttlSeconds).toBe(DEFAULT_TTL_SECONDS)
+  expect(time.firingSeconds).toBeLessThanOrEqual(DEFAULT_TTL_SECONDS + 120)
+  expect(time.notifiedSeconds).toBeLessThanOrEqual(DEFAULT_TTL_SECONDS + 120)
+  // The rule files hold the timings the computation assumes.
+  const prometheus = (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any).groups[0]
+  expect(prometheus.interval).toBe(`${EVALUATION_INTERVAL_SECONDS}s`)
+  expect(prometheus.rules.find((rule: any) => rule.alert === 'IdempotencyStaleProcessingKeys').for).toBe(`${STALE_KEYS_FOR_SECONDS}s`)
+  const runbook = anchors(readFileSync(RUNBOOK, 'utf8')).get('idempotencystaleprocessingkeys')!
+  expect(runbook).toContain(`at most **${time.firingSeconds} s**`)
+  expect(runbook).toContain(`at most **${time.notifiedSeconds} s**`)
+})
+
+test('ADMIN_URL and RUNBOOK_BASE_URL are validated, and `npm run dashboards -- <folder>` writes their links there', async () => {
+  expect(settingsFromEnv({})).toEqual({ adminUrl: DEFAULT_ADMIN_URL, runbookBaseUrl: DEFAULT_RUNBOOK_BASE_URL })
+  expect(settingsFromEnv({ ADMIN_URL: 'https://pay.example.com/' }).adminUrl).toBe('https://pay.example.com')
+  expect(() => settingsFromEnv({ ADMIN_URL: 'pay.example.com' })).toThrow(SettingsError)
+  expect(() => settingsFromEnv({ ADMIN_URL: 'ftp://pay.example.com' })).toThrow(/^ADMIN_URL /)
+  expect(() => settingsFromEnv({ RUNBOOK_BASE_URL: 'https://wiki/ops#x' })).toThrow(/^RUNBOOK_BASE_URL /)
+
+  const folder = mkdtempSync(join(tmpdir(), 'idem-dashboards-'))
+  try {
+    const committed = readFileSync(OUTPUTS.prometheusRules, 'utf8')
+    const env = { ...process.env, ADMIN_URL: 'https://pay.example.com', RUNBOOK_BASE_URL: 'https://git.example.com/idem/blob/main/docs/operators.md' }
+    const build = Bun.spawn(['bun', join(ROOT, 'dashboards', 'build.ts'), folder], { env, stdout: 'pipe', stderr: 'pipe' })
+    expect(await build.exited).toBe(0)
+    const rules = Bun.YAML.parse(readFileSync(join(folder, 'prometheus-rules.yml'), 'utf8')) as any
+    const stale = rules.groups[0].rules.find((rule: any) => rule.alert === 'IdempotencyStaleProcessingKeys')
+    expect(stale.annotations.admin_url).toBe('https://pay.example.com/admin?tenant={{ $labels.tenant }}&stale=1')
+    expect(stale.annotations.runbook_url).toBe('https://git.example.com/idem/blob/main/docs/operators.md#idempotencystaleprocessingkeys')
+    expect(readFileSync(join(folder, 'grafana-alerts.yml'), 'utf8')).toContain('https://pay.example.com/admin')
+    expect(readFileSync(OUTPUTS.prometheusRules, 'utf8')).toBe(committed) // the committed files keep the defaults
+
+    const bad = Bun.spawn(['bun', join(ROOT, 'dashboards', 'build.ts'), folder], { env: { ...env, ADMIN_URL: 'nope' }, stdout: 'pipe', stderr: 'pipe' })
+    expect(await bad.exited).toBe(2)
+    expect(await new Response(bad.stderr).text()).toContain('ADMIN_URL')
+  } finally {
+    rmSync(folder, { recursive: true, force: true })
+  }
+})
