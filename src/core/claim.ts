@@ -31,9 +31,18 @@ const MAX_ROUNDS = 4
  * once (autocommit), so no later statement of anyone waits on it. Nobody
  * holds a key's row lock across a foreign call (atomic phases: complete.ts
  * locks it for one pipelined round trip), so a retry of an in-flight key is
- * answered at once, from the row as the statement sees it. That snapshot can
- * miss a row committed just after it was taken (we then conflict but see
- * nothing), or the row can be purged right after: both end in another round.
+ * answered at once, from the row as the statement sees it.
+ *
+ * The INSERT is attempted only when the statement's snapshot sees no row for
+ * the key. Without that guard, ON CONFLICT's uniqueness check waits for a
+ * transaction that has updated the conflicting row and not yet committed: a
+ * completion between its fence and its COMMIT. That is one round trip
+ * normally, but a completion frozen half-open holds it until the database
+ * ends it (seconds): every retry then waited lock_timeout (1 s) holding a
+ * pooled connection, before a 409 (found by test/chaos/half-open.test.ts).
+ * The snapshot can miss a row committed just after it was taken (we then
+ * conflict but see nothing), or the row can be purged right after: both end
+ * in another round.
  *
  * The rare cases take a second, conditional statement (reclaim.ts): a stale
  * processing key (its worker is past its deadline), a released key (its last
@@ -48,6 +57,7 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): 
       inserted as (
         insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, owner)
         select ${id.tenant}, ${id.key}, ${id.method}, ${id.path}, ${id.fingerprint}, 'processing', now, now, ${owner}::uuid from params
+         where not exists (select 1 from idempotency_keys where tenant = ${id.tenant} and key = ${id.key})
         on conflict (tenant, key) do nothing
         returning lease, attempts, request_id
       )

@@ -79,6 +79,22 @@ describe('claim', () => {
     }
   })
 
+  test('a claim never waits on a completion that updated the key and has not committed (frozen before its COMMIT)', async () => {
+    const id = identity()
+    await createKey(db.sql, id, { status: 'processing' })
+    const completion = await db.sql.reserve()
+    try {
+      await completion`begin`
+      await completion`update idempotency_keys set attempts = attempts where tenant = ${id.tenant} and key = ${id.key}`
+      // A waiting claim would fail here with 55P03 after lock_timeout (1 s), not answer.
+      expect((await claim(db.pools.short, id, timing())).kind).toBe('in_progress')
+      expect((await claim(db.pools.short, id, timing(secondsAfter(new Date(), TTL + 1)))).kind).toBe('in_progress') // reclaim: NOWAIT, busy
+    } finally {
+      await completion`rollback`
+      completion.release()
+    }
+  })
+
   test('Retry-After grows with the age of the request, from 1 up to the TTL left', async () => {
     const id = identity()
     const start = new Date()
