@@ -1,5 +1,8 @@
 import type { Config } from './config'
 import { release } from './core/release'
+import { ShuttingDownError } from './core/deadline'
+import { startHeartbeat } from './core/processes'
+import { writeServerSettings } from './core/settings'
 import { InFlight } from './http/in-flight'
 import { createMetrics } from './metrics/registry'
 import { ClusterMetrics } from './metrics/cluster'
@@ -10,8 +13,10 @@ import { startRetentionPurge } from './maintenance/retention-purge'
 import { openPools } from './store/db'
 import { DatabaseHealth } from './store/health'
 
-/** How long a shutdown waits for in-flight requests before releasing their keys. */
+/** How long a shutdown waits for in-flight requests before stopping them. */
 const DRAIN_TIMEOUT_MS = 10_000
+/** Stopped requests release their keys in one statement; this is plenty, and the last resort releases them from here. */
+const ABORTED_DRAIN_MS = 3_000
 /** How often a worker checks that its supervisor still lives: a SIGKILLed supervisor sends no signal. */
 const PARENT_POLL_MS = 500
 
@@ -21,6 +26,14 @@ export interface RunOptions {
   readonly onListening?: ((port: number) => void) | undefined
   /** Drain as on SIGTERM when the parent process goes away (WORKERS>1 workers). */
   readonly watchParent?: boolean
+  /** The parent to watch: the supervisor's pid, known before this process started (it may be gone already). @default process.ppid */
+  readonly parentPid?: number
+  /**
+   * Aborted (reason: the signal's name) when the process is told to stop:
+   * main.ts listens from its first line, so a signal during start-up is not
+   * lost. @default SIGTERM or SIGINT from now on
+   */
+  readonly stop?: AbortSignal
 }
 
 /**
@@ -30,14 +43,18 @@ export interface RunOptions {
  */
 export async function runServer(config: Config, databaseUrl: string, options: RunOptions): Promise<number> {
   const { log } = options
-  const pools = openPools(databaseUrl, { applicationName: `idempotent-post:${process.pid}` })
+  const pools = openPools(databaseUrl, { applicationName: `idempotent-post:${process.pid}`, pgbouncer: config.databasePgbouncer })
   const metrics = createMetrics()
   collectProcessMetrics(metrics.registry)
   const gauges = new DatabaseGauges({ sql: pools.short, ttlSeconds: config.ttlSeconds, tenants: [...new Set(config.apiKeys.values())], cacheMs: config.metricsCacheMs, log })
   const cluster = config.workers > 1 && ClusterMetrics.available() ? new ClusterMetrics(metrics.registry) : undefined
   const inFlight = new InFlight()
-  const health = new DatabaseHealth(databaseUrl, `idempotent-post:${process.pid}:health`)
-  const deps = { config, pools, metrics, gauges, inFlight, health, ...(cluster ? { cluster } : {}) }
+  const health = new DatabaseHealth(databaseUrl, `idempotent-post:${process.pid}:health`, { pgbouncer: config.databasePgbouncer })
+  // Operator commands apply the server's TTL and retention, never their shell's (core/settings.ts).
+  await writeServerSettings(pools.short, config)
+  // One heartbeat row for this process: how force-expire tells a live owner from a dead one.
+  const heartbeat = await startHeartbeat(pools.short, { log })
+  const deps = { config, pools, metrics, gauges, inFlight, health, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
   const app = buildApp(deps)
   const server = serve(app, deps, { reusePort: config.workers > 1 })
   log(`listening on ${server.hostname}:${server.port} (pid ${process.pid})`)
@@ -46,27 +63,37 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
 
   let parentWatch: ReturnType<typeof setInterval> | undefined
   const signal = await new Promise<string>((resolve) => {
-    process.once('SIGTERM', () => resolve('SIGTERM'))
-    process.once('SIGINT', () => resolve('SIGINT'))
+    const { stop } = options
+    if (stop) {
+      if (stop.aborted) resolve(String(stop.reason))
+      else stop.addEventListener('abort', () => resolve(String(stop.reason)), { once: true })
+    } else {
+      process.once('SIGTERM', () => resolve('SIGTERM'))
+      process.once('SIGINT', () => resolve('SIGINT'))
+    }
     if (options.watchParent) {
-      const parent = process.ppid
+      const parent = options.parentPid ?? process.ppid
       parentWatch = setInterval(() => { if (process.ppid !== parent) resolve('supervisor gone') }, PARENT_POLL_MS)
     }
   })
   clearInterval(parentWatch)
-  // A second signal during the drain must not kill us half-way.
+  // A second signal during the drain must not kill us half-way (with `stop`, main.ts's handlers stay to the end).
   const ignore = () => log('already draining')
-  process.on('SIGTERM', ignore).on('SIGINT', ignore)
+  if (!options.stop) process.on('SIGTERM', ignore).on('SIGINT', ignore)
   log(`${signal}: draining ${inFlight.size} in-flight request(s)`)
   const stopped = server.stop(false)
   await purge.stop()
   const drained = await inFlight.drained(DRAIN_TIMEOUT_MS)
   if (!drained) {
-    const leftover = inFlight.leases
-    log(`drain deadline passed: rolling back and releasing ${leftover.length} key(s)`)
-    await pools.work.end({ timeout: 0 })
-    for (const lease of leftover) await release(pools.short, lease).catch(() => undefined)
+    // Each stopped request releases its own key (http/idempotency.ts); a
+    // completion already committing finishes first (it takes milliseconds).
+    log(`drain deadline passed: stopping ${inFlight.size} request(s) and releasing their keys`)
+    inFlight.abortAll(new ShuttingDownError())
+    if (!(await inFlight.drained(ABORTED_DRAIN_MS))) {
+      for (const lease of inFlight.leases) await release(pools.short, lease).catch(() => undefined)
+    }
   }
+  await heartbeat.stop()
   await Promise.race([stopped, Bun.sleep(1_000)])
   await Promise.all([pools.close(), health.close()])
   log('pools closed')

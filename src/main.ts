@@ -1,15 +1,27 @@
 /**
  * `npm start`: the payments service. Starts the embedded PostgreSQL when
- * DATABASE_URL is unset, applies migrations, serves, and drains on SIGTERM or
+ * DATABASE_URL is unset, applies migrations, starts the provider simulator
+ * when PAYMENT_PROVIDER_URL is unset, serves, and drains on SIGTERM or
  * SIGINT. With WORKERS>1 this process supervises N server processes that
- * share the port.
+ * share the port (each runs this file too).
+ *
+ * A stop may come at any moment of the start: a rolling deploy stops a pod
+ * that has just started. So the signal handlers are the first thing this file
+ * runs (the rest is imported after them, dynamically: static imports would
+ * load first), they stay until the exit, and every step of the start checks
+ * them. What has started is stopped in reverse order, and the exit is 0.
  */
-import { ConfigError, loadConfig, type Config } from './config'
-import { startEmbedded, type EmbeddedPostgres } from './store/embedded'
-import { migrate } from './store/migrate'
-import { runServer } from './lifecycle'
-import { sharedPort, superviseWorkers } from './workers'
+import type { Config } from './config'
 
+const stop = new AbortController()
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.on(signal, () => {
+    if (stop.signal.aborted) log(`${signal}: already stopping`)
+    else stop.abort(signal)
+  })
+}
+
+/** Set by the supervisor in its workers' environment, to its own pid. */
 const WORKER_ENV = 'IDEMPOTENT_POST_WORKER'
 
 function log(line: string): void {
@@ -17,6 +29,7 @@ function log(line: string): void {
 }
 
 async function main(): Promise<number> {
+  const { ConfigError, DEFAULT_EMBEDDED_DIR, loadConfig } = await import('./config')
   let config: Config
   try {
     config = loadConfig()
@@ -27,44 +40,134 @@ async function main(): Promise<number> {
     }
     throw error
   }
+  const supervisorPid = Number(process.env[WORKER_ENV]) || undefined
+  const isWorker = supervisorPid !== undefined
 
-  // Until the server runs, a signal just stops the start.
-  let stopping = false
-  const early = () => { stopping = true }
-  process.on('SIGTERM', early).on('SIGINT', early)
-
-  let embedded: EmbeddedPostgres | undefined
-  let url = config.databaseUrl
-  if (!url) {
-    embedded = await startEmbedded({ dir: config.embeddedDir, port: config.embeddedPort, log })
-    url = embedded.url
-    log(`embedded PostgreSQL ready (data in ${config.embeddedDir}, port ${config.embeddedPort})`)
+  /** Whether a signal came during the start; if so, say so (the caller then returns 0). */
+  const stopped = (): boolean => {
+    if (!stop.signal.aborted) return false
+    log(`${String(stop.signal.reason)} during start-up: stopping`)
+    return true
   }
+  // What has started, stopped last-in first-out: the simulator after the service drained, the database last.
+  const teardown: (() => Promise<void>)[] = []
   try {
-    const isWorker = process.env[WORKER_ENV] === '1'
+    if (stopped()) return 0
+    let databaseUrl = config.databaseUrl
+    if (!databaseUrl) {
+      const { startEmbedded } = await import('./store/embedded')
+      // An EMBEDDED_PG_DIR set by the operator is used as given; the default may move (see startEmbedded).
+      const embedded = await startEmbedded({ dir: config.embeddedDir, port: config.embeddedPort, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR, log })
+      teardown.push(async () => {
+        await embedded.stop()
+        log('embedded PostgreSQL stopped')
+      })
+      databaseUrl = embedded.url
+      log(`embedded PostgreSQL ready (data in ${embedded.dir}, port ${config.embeddedPort})`)
+      if (stopped()) return 0
+    }
     if (!isWorker) {
-      const { applied, version } = await migrate(url)
+      const { migrate } = await import('./store/migrate')
+      const { applied, version } = await migrate(databaseUrl)
       log(`schema at migration ${version}${applied ? ` (${applied} applied)` : ''}`)
+      if (stopped()) return 0
     }
-    process.off('SIGTERM', early).off('SIGINT', early)
-    if (stopping) return 0
+    // Never in a worker: its supervisor passes the URL of the one simulator.
+    let providerUrl = config.providerUrl
+    if (providerUrl === undefined) {
+      const simulator = await startSimulator(config)
+      teardown.push(simulator.stop)
+      providerUrl = simulator.url
+      if (stopped()) return 0
+    }
+    const served: Config = { ...config, providerUrl }
+    const simulated = config.providerUrl === undefined
+
     if (config.workers > 1 && !isWorker) {
+      const { sharedPort, superviseWorkers } = await import('./workers')
       const port = sharedPort(config.host, config.port)
-      banner({ ...config, port }, url)
-      const env = { ...process.env, DATABASE_URL: url, PORT: String(port), [WORKER_ENV]: '1' }
-      return await superviseWorkers({ count: config.workers, env, log })
+      banner({ ...served, port }, databaseUrl, simulated)
+      const env = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), PAYMENT_PROVIDER_URL: providerUrl, [WORKER_ENV]: String(process.pid) }
+      return await superviseWorkers({ count: config.workers, env, log, stop: stop.signal })
     }
+    const { runServer } = await import('./lifecycle')
+    if (stopped()) return 0
+    const url = databaseUrl
     // A worker drains when its supervisor is gone (even SIGKILLed), instead of serving on orphaned.
-    return await runServer(config, url, { log, watchParent: isWorker, onListening: isWorker ? undefined : (port) => banner({ ...config, port }, url!) })
+    return await runServer(served, url, {
+      log,
+      stop: stop.signal,
+      ...(isWorker ? { watchParent: true, parentPid: supervisorPid } : { onListening: (port: number) => banner({ ...served, port }, url, simulated) }),
+    })
   } finally {
-    if (embedded) {
-      await embedded.stop()
-      log('embedded PostgreSQL stopped')
+    for (const step of teardown.reverse()) {
+      await step().catch((error: unknown) => console.error('stop failed:', error instanceof Error ? error.message : error))
     }
   }
 }
 
-function banner(config: Config, databaseUrl: string): void {
+/**
+ * The bundled provider simulator, in a process group of its own: a Ctrl-C to
+ * ours must not stop it before the service has drained; we stop it after.
+ * The price, as with the embedded PostgreSQL: a SIGKILL of our group leaves it
+ * running on its port. So every simulator we start leaves a record (its pid,
+ * ours) that its clean stop removes, and a start first stops the simulators
+ * whose service is gone (their ledger is durable: nothing is lost).
+ */
+async function startSimulator(config: Config): Promise<{ url: string; stop(): Promise<void> }> {
+  const { spawnSimulator, STOP_GRACE_MS } = await import('./provider/spawn')
+  const { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } = await import('node:fs')
+  const { tmpdir } = await import('node:os')
+  const { join } = await import('node:path')
+  const records = join(tmpdir(), `idempotent-post-simulators-${process.getuid?.() ?? 'user'}`)
+  mkdirSync(records, { recursive: true, mode: 0o700 })
+  const orphans: number[] = []
+  for (const name of readdirSync(records)) {
+    const read = (path: string) => { try { return readFileSync(path, 'utf8') } catch { return '' } }
+    if (alive(Number(read(join(records, name))))) continue // its service still runs (tests run several at once)
+    if (read(`/proc/${name}/cmdline`).includes('provider/main.ts')) orphans.push(Number(name))
+    rmSync(join(records, name), { force: true })
+  }
+  if (orphans.length > 0) {
+    log(`stopping ${orphans.length} provider simulator(s) left running by a killed service (pid ${orphans.join(', ')})`)
+    const signal = (pid: number, name: NodeJS.Signals) => { try { process.kill(pid, name) } catch { /* gone */ } }
+    for (const pid of orphans) signal(pid, 'SIGTERM')
+    for (const deadline = Date.now() + STOP_GRACE_MS; orphans.some(alive) && Date.now() < deadline;) await Bun.sleep(50)
+    for (const pid of orphans.filter(alive)) signal(pid, 'SIGKILL')
+  }
+  const simulator = await spawnSimulator({
+    detached: true,
+    env: {
+      PAYMENT_PROVIDER_PORT: String(config.providerPort),
+      PAYMENT_PROVIDER_DELAY_MS: String(config.providerDelayMs),
+      PAYMENT_PROVIDER_FAILURE_RATE: String(config.providerFailureRate),
+      PAYMENT_PROVIDER_LOST_RESPONSE_RATE: String(config.providerLostResponseRate),
+      PAYMENT_PROVIDER_LEDGER: config.providerLedger,
+    },
+  })
+  const record = join(records, String(simulator.proc.pid))
+  writeFileSync(record, String(process.pid))
+  return {
+    url: simulator.url,
+    async stop() {
+      const code = await simulator.stop()
+      rmSync(record, { force: true })
+      log(`provider simulator stopped${code === 0 ? '' : ` (exit ${code})`}`)
+    },
+  }
+}
+
+function alive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+function banner(config: Config, databaseUrl: string, simulated: boolean): void {
   const base = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${config.port}`
   const lines = [
     `payments API   ${base}/api/payments`,
@@ -73,6 +176,7 @@ function banner(config: Config, databaseUrl: string): void {
     config.adminTokenGenerated ? `admin token    ${config.adminToken} (random for this run: set ADMIN_TOKEN to keep one)` : `admin token    from ADMIN_TOKEN`,
     `metrics        ${base}/metrics`,
     `database       ${databaseUrl.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@')}`,
+    `provider       ${config.providerUrl}${simulated ? ' (simulator; set PAYMENT_PROVIDER_URL for a real one)' : ''}`,
   ]
   console.log(lines.join('\n'))
 }

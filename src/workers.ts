@@ -26,9 +26,21 @@ export interface SuperviseOptions {
   readonly count: number
   readonly env: Record<string, string | undefined>
   readonly log: (line: string) => void
+  /** Aborted (reason: the signal's name) when this process is told to stop; main.ts listens from its first line. */
+  readonly stop: AbortSignal
 }
 
-export async function superviseWorkers({ count, env, log }: SuperviseOptions): Promise<number> {
+/**
+ * A worker told to stop exits 0 once it has drained; one told while still
+ * booting (before its first line of JavaScript can install a handler) dies of
+ * the signal itself. Both are the clean stop we asked for.
+ */
+function stoppedAsTold(code: number, signal: NodeJS.Signals | number | null): boolean {
+  return code === 0 || signal === 'SIGTERM' || signal === 'SIGINT'
+}
+
+export async function superviseWorkers({ count, env, log, stop }: SuperviseOptions): Promise<number> {
+  // Every worker until its exit is judged (a dead one stays a moment, see below).
   const workers = new Set<Subprocess>()
   // Sums the workers' counters for /metrics (see metrics/cluster.ts).
   const metricsHub = new MetricsHub()
@@ -42,31 +54,40 @@ export async function superviseWorkers({ count, env, log }: SuperviseOptions): P
     for (const worker of workers) if (worker.exitCode === null && worker.signalCode === null) worker.kill(signal)
   }
 
+  const judge = (worker: Subprocess, code: number): void => {
+    workers.delete(worker)
+    const how = worker.signalCode ?? code
+    if (stopping === undefined) {
+      const now = Date.now()
+      while (restarts.length > 0 && restarts[0]! < now - RESTART_WINDOW_MS) restarts.shift()
+      if (restarts.length < MAX_RESTARTS) {
+        restarts.push(now)
+        log(`worker ${worker.pid} exited on its own (${how}); restarting it`)
+        start()
+        return
+      }
+      log(`worker ${worker.pid} exited (${how}); ${MAX_RESTARTS} restarts within ${RESTART_WINDOW_MS / 1000} s: stopping all`)
+      failed = true
+      stopping = 'SIGTERM'
+      stopAll('SIGTERM')
+    } else if (!stoppedAsTold(code, worker.signalCode)) {
+      log(`worker ${worker.pid} failed while stopping (${how})`)
+      failed = true
+    } else if (worker.signalCode !== null) {
+      log(`worker ${worker.pid} stopped by ${worker.signalCode} while booting`)
+    }
+    if (workers.size === 0) settle()
+  }
+
   const start = (): void => {
     const worker = Bun.spawn([process.execPath, import.meta.dir + '/main.ts'], { env, stdio: ['ignore', 'inherit', 'inherit'], ipc: metricsHub.onMessage })
     workers.add(worker)
     metricsHub.track(worker)
-    void worker.exited.then((code) => {
-      workers.delete(worker)
-      if (stopping === undefined) {
-        const now = Date.now()
-        while (restarts.length > 0 && restarts[0]! < now - RESTART_WINDOW_MS) restarts.shift()
-        if (restarts.length >= MAX_RESTARTS) {
-          log(`worker ${worker.pid} exited (${worker.signalCode ?? code}); ${MAX_RESTARTS} restarts within ${RESTART_WINDOW_MS / 1000} s: stopping all`)
-          failed = true
-          stopping = 'SIGTERM'
-          stopAll('SIGTERM')
-        } else {
-          restarts.push(now)
-          log(`worker ${worker.pid} exited on its own (${worker.signalCode ?? code}); restarting it`)
-          setTimeout(() => { if (stopping === undefined) start(); else if (workers.size === 0) settle() }, RESTART_DELAY_MS)
-          return
-        }
-      } else if (code !== 0) {
-        failed = true
-      }
-      if (workers.size === 0) settle()
-    })
+    // Judged after a short pause, not at once: it keeps a crash on start from
+    // spinning the CPU, and a signal to the whole group kills a worker still
+    // booting as it reaches us, so our handler has run by then and the exit
+    // counts as the stop it is, not as a crash to restart.
+    void worker.exited.then((code) => setTimeout(() => judge(worker, code), stopping === undefined ? RESTART_DELAY_MS : 0))
   }
 
   for (let i = 0; i < count; i++) start()
@@ -74,14 +95,15 @@ export async function superviseWorkers({ count, env, log }: SuperviseOptions): P
 
   // A signal to the whole process group reaches the workers directly too; a
   // second SIGTERM is harmless to a draining worker (it ignores it).
-  const forward = (signal: NodeJS.Signals) => () => {
+  const forward = () => {
     if (stopping !== undefined) return
-    stopping = signal
-    log(`${signal}: stopping ${workers.size} worker(s)`)
-    stopAll(signal)
+    stopping = stop.reason === 'SIGINT' ? 'SIGINT' : 'SIGTERM'
+    log(`${stopping}: stopping ${workers.size} worker(s)`)
+    stopAll(stopping)
     if (workers.size === 0) settle()
   }
-  process.on('SIGTERM', forward('SIGTERM')).on('SIGINT', forward('SIGINT'))
+  if (stop.aborted) forward()
+  else stop.addEventListener('abort', forward, { once: true })
   await allGone
   log(`all workers stopped`)
   return failed ? 1 : 0

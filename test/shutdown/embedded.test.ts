@@ -11,9 +11,11 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import postgres from 'postgres'
 import { freePort } from '../chaos/clients'
 import { payment, postPayment } from '../support/http'
-import { alive, startDetached, type GroupProcess } from './spawn'
+import { waitFor } from '../support/wait'
+import { alive, startDetached, waitWhileStarting, type GroupProcess } from './spawn'
 
 let temp: string
 let env: Record<string, string | undefined>
@@ -21,7 +23,7 @@ const services: GroupProcess[] = []
 beforeAll(() => {
   temp = mkdtempSync(join(tmpdir(), 'idem-embedded-'))
   chmodSync(temp, 0o755) // as root, PostgreSQL runs as `postgres` and must reach its data dir
-  env = { DATABASE_URL: undefined, EMBEDDED_PG_DIR: join(temp, 'pg'), EMBEDDED_PG_PORT: String(freePort()), IDEMPOTENCY_TTL_SECONDS: '1', PAYMENT_PROVIDER_DELAY_MS: '300' }
+  env = { DATABASE_URL: undefined, EMBEDDED_PG_DIR: join(temp, 'pg'), EMBEDDED_PG_PORT: String(freePort()), IDEMPOTENCY_TTL_SECONDS: '1', PAYMENT_PROVIDER_DELAY_MS: '300', PAYMENT_PROVIDER_LEDGER: join(temp, 'ledger.sqlite') }
 })
 afterAll(async () => {
   for (const s of services) if (s.proc.exitCode === null) try { process.kill(-s.proc.pid, 'SIGKILL') } catch { /* gone */ }
@@ -50,6 +52,17 @@ async function pay(service: GroupProcess, key: string): Promise<{ status: number
   return { status: response.status, ...(body.id ? { id: body.id } : {}) }
 }
 
+/** How many of `keys` are in processing, read from the embedded database itself. */
+async function processing(keys: string[]): Promise<number> {
+  const sql = postgres(`postgres://postgres:postgres@127.0.0.1:${env.EMBEDDED_PG_PORT}/postgres`, { max: 1, onnotice: () => undefined })
+  try {
+    const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where key in ${sql(keys)} and status = 'processing'`
+    return row!.n
+  } finally {
+    await sql.end({ timeout: 1 })
+  }
+}
+
 async function killGroup(service: GroupProcess): Promise<void> {
   process.kill(-service.proc.pid, 'SIGKILL')
   await service.proc.exited
@@ -69,7 +82,7 @@ test('crash (SIGKILL of the group, then of PostgreSQL too), restart, data intact
   // Three more are in flight when the whole group is SIGKILLed.
   const stranded = Array.from({ length: 3 }, () => `emb-stranded-${crypto.randomUUID()}`)
   const lost = stranded.map((key) => pay(service, key).catch(() => ({ status: 0 })))
-  await Bun.sleep(150)
+  await waitFor(async () => (await processing(stranded)) === stranded.length, 'the 3 stranded keys in processing')
   await killGroup(service)
   await Promise.all(lost)
   const pg = postmasterPid()!
@@ -93,6 +106,8 @@ test('crash (SIGKILL of the group, then of PostgreSQL too), restart, data intact
   while (alive(pg)) await Bun.sleep(20)
   expect(postmasterPid()).toBe(pg) // the stale lock file
   service = await start({ WORKERS: '2' }) // and this time as a supervisor of two workers
+  const both = service
+  await waitWhileStarting(both, () => both.output().match(/listening on \S+ \(pid/g)?.length === 2, 'both workers to listen')
   expect(service.output()).not.toContain('adopting')
   for (const [key, id] of answered) expect(await pay(service, key)).toEqual({ status: 201, id })
   const list = await fetch(`${service.url}/api/payments?customer=embedded&limit=100`, { headers: { authorization: 'Bearer acme-key' } })

@@ -21,7 +21,8 @@ export function captureOutput(proc: Subprocess): () => string {
 export async function waitForListening(proc: Subprocess, output: () => string, timeoutMs: number): Promise<string | undefined> {
   const deadline = Date.now() + timeoutMs
   while (Date.now() < deadline && proc.exitCode === null) {
-    const port = /listening on [^\s]+:(\d+)/.exec(output())?.[1]
+    // The service's own line ("listening on HOST:PORT (pid N)"), not the provider simulator's.
+    const port = /listening on [^\s]+:(\d+) \(pid/.exec(output())?.[1]
     if (port) return port
     await Bun.sleep(20)
   }
@@ -52,7 +53,7 @@ export interface SpawnOptions {
  * it does not come up.
  */
 export async function spawnService(options: SpawnOptions = {}): Promise<SpawnedService> {
-  const env = { ...process.env, HOST: '127.0.0.1', PORT: '0', TEST_ALLOW_PORT_0: '1', ...options.env }
+  const env = { ...process.env, HOST: '127.0.0.1', PORT: '0', PAYMENT_PROVIDER_PORT: '0', TEST_ALLOW_PORT_0: '1', ...options.env }
   const proc = Bun.spawn(options.command ?? [process.execPath, 'src/main.ts'], {
     env: Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined)) as Record<string, string>,
     cwd: options.cwd ?? process.cwd(),
