@@ -3,18 +3,19 @@ import type { Config } from './config'
 import { bearerTenant } from './http/auth'
 import { InFlight } from './http/in-flight'
 import { observed } from './http/observe'
-import { problemResponse, problems, type Problem } from './http/problem'
-import { primeRoute, type Metrics } from './metrics/registry'
+import { problem, problemResponse } from './http/problem'
+import { countAnswer, idempotencyHooks, primeRoute, type Metrics } from './metrics/registry'
+import { apiDocs, detail, DOCS_ROUTES, health, problemAnswer } from './api-docs'
 import type { ClusterMetrics } from './metrics/cluster'
 import { exposition } from './metrics/exposition'
 import type { DatabaseGauges } from './metrics/gauges'
-import { PAYMENTS_ROUTE, paymentsRoutes } from './payments/routes'
+import { PAYMENTS_ROUTE, PAYMENTS_ROUTES, paymentsRoutes } from './payments/routes'
 import { providerClient, type PaymentProvider } from './provider/client'
 import { benchBaselineRoute } from './payments/bench-baseline'
 import { databaseAnswers, type Pools } from './store/db'
 import type { DatabaseHealth } from './store/health'
 import { isUnavailable } from './core/errors'
-import { adminRoutes } from './admin/routes'
+import { adminApp, adminRoutes, type AdminOptions } from './admin/routes'
 
 export interface AppDependencies {
   readonly config: Config
@@ -38,36 +39,56 @@ export interface AppDependencies {
 /** Routes that cannot answer without the database. */
 const NEEDS_DATABASE = /^\/(api|admin)(\/|$)/
 
+/**
+ * The `route` label of http_requests_total: this app's templates (the first
+ * match wins); any other path is counted as `other` (http/observe.ts).
+ */
+export const ROUTE_LABELS: readonly string[] = [
+  ...PAYMENTS_ROUTES, '/healthz', '/readyz', '/metrics', ...DOCS_ROUTES, '/admin/api/*', '/admin/*',
+]
+
 /** The payments service as an Elysia app, without a listening socket (tests call `app.handle`). */
 export function buildApp(deps: AppDependencies) {
   const { config, pools, metrics } = deps
   primeRoute(metrics, PAYMENTS_ROUTE)
   const tenant = bearerTenant(config.apiKeys)
   const provider = deps.provider ?? providerFor(config)
+  const admin: AdminOptions = {
+    pools,
+    adminToken: config.adminToken,
+    ttlSeconds: config.ttlSeconds,
+    retentionSeconds: config.retentionSeconds,
+    metrics,
+    ...(deps.now ? { now: deps.now } : {}),
+  }
   return new Elysia({ name: 'idempotent-post-service' })
     .onError(({ code, error }) => {
-      if (code === 'NOT_FOUND') return problemResponse(problems.notFound())
-      if (code === 'PARSE' || code === 'VALIDATION') return problemResponse(problems.badRequest('invalid-request', 'The request could not be read.'))
-      if (isUnavailable(error)) return problemResponse(problems.unavailable(), { 'retry-after': '2' })
+      if (code === 'NOT_FOUND') return problemResponse(problem('not-found'))
+      if (code === 'PARSE' || code === 'VALIDATION') return problemResponse(problem('invalid-request'))
+      if (isUnavailable(error)) return problemResponse(problem('database-unavailable'))
       const status = typeof (error as { status?: unknown }).status === 'number' ? (error as { status: number }).status : 500
-      if (status === 413) return problemResponse(problems.tooLarge(config.maxBodyBytes))
-      if (status >= 400 && status < 500) {
-        const problem: Problem = { code: 'bad-request', status, title: 'Bad request' }
-        return problemResponse(problem)
-      }
+      if (status === 413) return problemResponse(problem('body-too-large', `The body must be at most ${config.maxBodyBytes} bytes.`))
+      // Any other refusal Elysia raises (none is known today) is a bad request: one code, one status.
+      if (status >= 400 && status < 500) return problemResponse(problem('bad-request'))
       console.error('unhandled error:', error instanceof Error ? error.message : error)
-      return problemResponse(problems.internal())
+      return problemResponse(problem('internal'))
     })
     // Fail fast while the database is away, instead of queueing behind reconnects (store/health.ts).
     .onRequest(({ request }) => {
       if (deps.health && !deps.health.up && NEEDS_DATABASE.test(new URL(request.url).pathname))
-        return problemResponse(problems.unavailable(), { 'retry-after': '2' })
+        return problemResponse(problem('database-unavailable'))
     })
-    .get('/healthz', () => Response.json({ status: 'ok' }))
+    // The admin's JSON API is described from an instance of the admin app's own routes (it is only read).
+    .use(apiDocs({ admin: adminApp(admin) }))
+    .get('/healthz', () => Response.json({ status: 'ok' }), {
+      detail: detail({ summary: 'Liveness: 200 while the process runs', tags: ['operations'], security: [], responses: { 200: health('ok') } }),
+    })
     .get('/readyz', async () =>
       (deps.health?.up ?? true) && (await databaseAnswers(pools.short))
         ? Response.json({ status: 'ready' })
-        : problemResponse({ code: 'not-ready', status: 503, title: 'Not ready', detail: 'The database does not answer.' }, { 'retry-after': '2' }))
+        : problemResponse(problem('not-ready')), {
+      detail: detail({ summary: 'Readiness: 200 when the database answers', tags: ['operations'], security: [], responses: { 200: health('ready'), 503: problemAnswer(['not-ready']) } }),
+    })
     .get('/metrics', async () => {
       try {
         const text = await exposition({ registry: metrics.registry, gauges: deps.gauges, cluster: deps.cluster })
@@ -75,8 +96,18 @@ export function buildApp(deps: AppDependencies) {
       } catch (error) {
         // Only the WORKERS>1 aggregation can fail; a gap beats a partial sum (see metrics/cluster.ts).
         console.error('metrics:', error instanceof Error ? error.message : error)
-        return problemResponse({ code: 'metrics-unavailable', status: 503, title: 'Metrics unavailable', detail: 'The workers\' metrics could not be collected; retry.' })
+        return problemResponse(problem('metrics-unavailable'))
       }
+    }, {
+      detail: detail({
+        summary: 'Prometheus metrics',
+        tags: ['operations'],
+        security: [],
+        responses: {
+          200: { description: 'Prometheus text exposition (prom-client).', content: { 'text/plain': { schema: { type: 'string' } } } },
+          503: problemAnswer(['metrics-unavailable'], 'WORKERS>1: the workers\' metrics could not be collected.'),
+        },
+      }),
     })
     .use(paymentsRoutes({
       pools,
@@ -85,19 +116,12 @@ export function buildApp(deps: AppDependencies) {
       ttlSeconds: config.ttlSeconds,
       retentionSeconds: config.retentionSeconds,
       maxBodyBytes: config.maxBodyBytes,
-      metrics,
+      hooks: idempotencyHooks(metrics),
       ...(deps.inFlight ? { inFlight: deps.inFlight } : {}),
       ...(deps.owner ? { owner: deps.owner } : {}),
       ...(deps.now ? { now: deps.now } : {}),
     }))
-    .use(adminRoutes({
-      pools,
-      adminToken: config.adminToken,
-      ttlSeconds: config.ttlSeconds,
-      retentionSeconds: config.retentionSeconds,
-      metrics,
-      ...(deps.now ? { now: deps.now } : {}),
-    }))
+    .use(adminRoutes(admin))
     // `npm run bench` only (BENCH_BASELINE_ROUTE=1): the non-idempotent yardstick route.
     .use(config.benchBaselineRoute
       ? benchBaselineRoute({ pools, provider, tenant, maxBodyBytes: config.maxBodyBytes })
@@ -120,12 +144,12 @@ function providerFor(config: Config): PaymentProvider {
 const BUN_BODY_CAP_BYTES = 1024 * 1024 * 1024
 
 export function serve(app: App, deps: AppDependencies, options: { reusePort?: boolean } = {}) {
-  const handle = observed(deps.metrics, (request) => app.handle(request))
+  const handle = observed(ROUTE_LABELS, countAnswer(deps.metrics), (request) => app.handle(request))
   // An HTTP/1.0 request may come without Host; Bun then cannot build its URL
   // (reading request.url throws), so it is refused before anything reads it.
   const fetch = (request: Request) => request.headers.has('host')
     ? handle(request)
-    : problemResponse({ code: 'missing-host', status: 400, title: 'Bad request', detail: 'Send a Host header.' })
+    : problemResponse(problem('missing-host'))
   return Bun.serve({
     hostname: deps.config.host,
     port: deps.config.port,
@@ -134,7 +158,7 @@ export function serve(app: App, deps: AppDependencies, options: { reusePort?: bo
     fetch,
     error(error) {
       console.error('server error:', error.message)
-      return problemResponse(problems.internal())
+      return problemResponse(problem('internal'))
     },
   })
 }

@@ -1,4 +1,7 @@
-import { problems, type Problem } from './problem'
+import { problem, problems, type Problem } from './problem'
+
+/** 64 KiB: a payment (or any JSON command) is under 1 KiB; anything far larger is abuse. */
+export const DEFAULT_MAX_BODY_BYTES = 65_536
 
 /**
  * JSON nesting deeper than this is refused before anything walks it: no
@@ -19,7 +22,7 @@ const utf8 = new TextDecoder('utf-8', { fatal: true })
  */
 export async function readJsonBody(request: Request, maxBytes: number): Promise<BodyResult> {
   const contentType = request.headers.get('content-type') ?? ''
-  if (!/^application\/json\s*(;|$)/i.test(contentType.trim())) return { ok: false, problem: problems.unsupportedMediaType() }
+  if (!/^application\/json\s*(;|$)/i.test(contentType.trim())) return { ok: false, problem: problem('unsupported-media-type') }
   const declared = Number(request.headers.get('content-length') ?? NaN)
   if (declared > maxBytes) return { ok: false, problem: problems.tooLarge(maxBytes) }
   const bytes = await readAtMost(request, maxBytes)
@@ -28,16 +31,16 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
   try {
     text = utf8.decode(bytes)
   } catch {
-    return { ok: false, problem: problems.badRequest('invalid-json', 'The body is not valid UTF-8.') }
+    return { ok: false, problem: problem('invalid-json', 'The body is not valid UTF-8.') }
   }
   let value: unknown
   try {
     value = JSON.parse(text)
   } catch {
-    return { ok: false, problem: problems.badRequest('invalid-json', 'The body is not valid JSON.') }
+    return { ok: false, problem: problem('invalid-json') }
   }
   const flaw = inspect(value, 0)
-  return flaw ? { ok: false, problem: problems.badRequest('invalid-json', flaw) } : { ok: true, value, text }
+  return flaw ? { ok: false, problem: problem('invalid-json', flaw) } : { ok: true, value, text }
 }
 
 /**

@@ -1,4 +1,7 @@
+import type postgres from 'postgres'
 import { Elysia } from 'elysia'
+import type { TSchema } from '@sinclair/typebox'
+import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { claim } from '../core/claim'
 import { complete, type TransactionSql } from '../core/complete'
 import { deadlineSignal, DeadlineExceededError, executionBudgetMs, ShuttingDownError } from '../core/deadline'
@@ -7,25 +10,41 @@ import { IdempotencyError, LeaseLostError, SQLSTATE, isUnavailable, sqlState } f
 import { fingerprint } from '../core/fingerprint'
 import { release } from '../core/release'
 import type { ClaimResult, Lease, StoredResponse } from '../core/types'
-import type { Pools } from '../store/db'
-import type { Metrics, Outcome } from '../metrics/registry'
-import { readJsonBody } from './body'
-import { problemResponse, problems, PROBLEM_CONTENT_TYPE, type Problem } from './problem'
+import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
+import { DEFAULT_MAX_BODY_BYTES, readJsonBody } from './body'
+import { notify, type IdempotencyHooks, type Outcome } from './outcomes'
+import { detail, IdempotencyKey, idempotentOperation, type RouteDocs } from './operation'
+import { isProblemCode, problem, problemResponse, PROBLEM_CONTENT_TYPE, type Problem } from './problem'
 import type { InFlight } from './in-flight'
 
-/** Printable ASCII without space, 1..255 characters (SPEC: Idempotency-Key). */
-const KEY_PATTERN = /^[!-~]{1,255}$/
-/** Seconds a client should wait before retrying while the database is away. */
-const UNAVAILABLE_RETRY_AFTER = '2'
+/** SPEC: Idempotency-Key is 1..255 printable ASCII characters without space; the OpenAPI document shows the same pattern. */
+const KEY_PATTERN = new RegExp(IdempotencyKey.pattern!)
 /**
  * How long a failed request waits for its key's release before answering
  * anyway: the release is one statement; if the database cannot take it in
  * this time, the key becomes reclaimable after the TTL instead.
  */
 const RELEASE_TIMEOUT_MS = 2_000
+export { DEFAULT_MAX_BODY_BYTES, DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS }
+
+/** A postgres.js handle (`postgres(url)`), with the schema of sql/ applied to its database. */
+export type Database = postgres.Sql<Record<string, never>>
+
+/**
+ * Two handles on one database (they may be the same one). Kept apart in the
+ * service so a burst of completions never starves claims and 409s of
+ * connections (invariant 6); engine's `openPools` makes both, with the session
+ * settings that bound every statement and transaction (invariant 7).
+ */
+export interface IdempotencyPools {
+  /** Single statements in autocommit: claims, replays, releases. */
+  readonly short: Database
+  /** The completing transactions, each held for a couple of round trips. */
+  readonly work: Database
+}
 
 export interface IdempotencyOptions {
-  readonly pools: Pools
+  readonly pools: IdempotencyPools
   /** The tenant of a request (from its credentials), or undefined for 401. Keys are scoped by it. */
   readonly tenant: (request: Request) => string | undefined
   /** The longest a request may process; a processing key older than this may be reclaimed. @default 30 */
@@ -34,7 +53,8 @@ export interface IdempotencyOptions {
   readonly retentionSeconds?: number
   /** Larger bodies get 413. @default 65536 */
   readonly maxBodyBytes?: number
-  readonly metrics?: Metrics
+  /** Told each request's outcome, reclaims, lost claims and releases (for metrics). @default none */
+  readonly hooks?: IdempotencyHooks
   /** Counts requests in flight, so a shutdown can drain them. */
   readonly inFlight?: InFlight
   /** This process's heartbeat id (core/processes.ts), recorded as the owner of the keys it claims. */
@@ -81,10 +101,17 @@ export interface RecordContext<Body, Result> {
 export type Validation<Body> = { ok: true; value: Body } | { ok: false; errors: string[] }
 
 export interface IdempotentRoute<Body, Result> {
-  /** Route path, also the `route` label of the metrics. */
+  /** Route path, also the `route` of the hooks' events. */
   readonly path: string
-  /** Checks the parsed JSON body (`text`: as sent); errors become a 400 and nothing is stored. */
-  readonly validate: (body: unknown, text: string) => Validation<Body>
+  /**
+   * The body's schema (TypeBox, i.e. JSON Schema): checks the body when no
+   * `validate` is given, and is the request body of the OpenAPI document.
+   */
+  readonly body?: TSchema & { static: Body }
+  /** Checks the parsed JSON body (`text`: as sent); errors become a 400 and nothing is stored. @default checks `body` */
+  readonly validate?: (body: unknown, text: string) => Validation<Body>
+  /** What the OpenAPI document says of this route besides what the plugin knows: its own answers (the 201), summary, tags. */
+  readonly docs?: RouteDocs
   /**
    * The external step: foreign calls (a payment provider), with no database
    * connection held and no transaction open. Pass `signal` and
@@ -117,34 +144,34 @@ class FailedResult extends Error {
  * under the same key. Each outcome maps to one status below.
  */
 export function idempotentPost<Body, Result>(options: IdempotencyOptions, route: IdempotentRoute<Body, Result>) {
-  const ttlSeconds = options.ttlSeconds ?? 30
-  const retentionSeconds = options.retentionSeconds ?? 86_400
-  const maxBodyBytes = options.maxBodyBytes ?? 65_536
+  const ttlSeconds = options.ttlSeconds ?? DEFAULT_TTL_SECONDS
+  const retentionSeconds = options.retentionSeconds ?? DEFAULT_RETENTION_SECONDS
+  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
   const budgetMs = executionBudgetMs(ttlSeconds)
-  const { pools, metrics } = options
+  const { pools, hooks = {} } = options
+  const validate = route.validate ?? schemaValidator(route.body)
+  const event = { route: route.path }
 
   function count(outcome: Outcome, started: number): void {
-    metrics?.idempotencyRequests.inc({ route: route.path, outcome })
-    metrics?.idempotencyDuration.observe({ route: route.path, outcome }, (performance.now() - started) / 1000)
+    notify('onOutcome', hooks.onOutcome, { route: route.path, outcome, seconds: (performance.now() - started) / 1000 })
   }
 
   async function handle(request: Request): Promise<Response> {
     const started = performance.now()
     const tenant = options.tenant(request)
-    if (tenant === undefined) return problemResponse(problems.unauthorized(), { 'www-authenticate': 'Bearer' })
-    const refuse = (problem: Problem, outcome: Outcome = 'invalid') => {
+    if (tenant === undefined) return problemResponse(problem('unauthorized'), { 'www-authenticate': 'Bearer' })
+    const refuse = (answer: Problem, outcome: Outcome = 'invalid') => {
       count(outcome, started)
-      return problemResponse(problem)
+      return problemResponse(answer)
     }
 
     const key = request.headers.get('idempotency-key')
     const body = await readJsonBody(request, maxBodyBytes)
     if (!body.ok) return refuse(body.problem)
-    if (key === null) return refuse(problems.badRequest('missing-idempotency-key', 'Send an Idempotency-Key header.'))
-    if (!KEY_PATTERN.test(key))
-      return refuse(problems.badRequest('invalid-idempotency-key', 'Idempotency-Key must be 1 to 255 printable ASCII characters (0x21 to 0x7E), sent once.'))
-    const valid = route.validate(body.value, body.text)
-    if (!valid.ok) return refuse(problems.badRequest('invalid-body', 'The body does not match the schema.', valid.errors))
+    if (key === null) return refuse(problem('missing-idempotency-key'))
+    if (!KEY_PATTERN.test(key)) return refuse(problem('invalid-idempotency-key'))
+    const valid = validate(body.value, body.text)
+    if (!valid.ok) return refuse(problem('invalid-body', undefined, { errors: valid.errors }))
 
     const method = request.method.toUpperCase()
     const path = requestPath(request)
@@ -162,16 +189,13 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         return replay(claimed.response)
       case 'in_progress':
         count('in_progress', started)
-        return problemResponse(
-          { code: 'in-progress', status: 409, title: 'Request in progress', detail: 'A request with this Idempotency-Key is still being processed; retry after the given seconds.' },
-          { 'retry-after': String(claimed.retryAfterSeconds) },
-        )
+        return problemResponse({ ...problem('in-progress'), retryAfterSeconds: claimed.retryAfterSeconds })
       case 'mismatch':
         count('mismatch', started)
-        return problemResponse({ code: 'idempotency-key-reused', status: 422, title: 'Idempotency-Key reused', detail: 'This Idempotency-Key was used for a different request (method, path or body).' })
+        return problemResponse(problem('idempotency-key-reused'))
       case 'created':
       case 'reclaimed':
-        if (claimed.kind === 'reclaimed') metrics?.reclaims.inc({ route: route.path })
+        if (claimed.kind === 'reclaimed') notify('onReclaim', hooks.onReclaim, event)
         return run(claimed.lease, claimed.kind, request, valid.value, started)
     }
   }
@@ -201,12 +225,12 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       return new Response(stored.body, { status: stored.status, headers: stored.headers })
     } catch (error) {
       if (error instanceof LeaseLostError) {
-        metrics?.leasesLost.inc({ route: route.path })
+        notify('onLeaseLost', hooks.onLeaseLost, event)
         count('lease_lost', started)
-        return problemResponse({ code: 'lease-lost', status: 409, title: 'Claim lost', detail: 'This request lost its claim on the key to a retry or an operator; its writes were rolled back. Retry to get the answer that counts.' }, { 'retry-after': '1' })
+        return problemResponse(problem('lease-lost'))
       }
       const released = await releaseQuietly(lease)
-      if (released) metrics?.releases.inc({ route: route.path })
+      if (released) notify('onRelease', hooks.onRelease, event)
       return failure(error, started, released)
     } finally {
       deadline.clear()
@@ -233,21 +257,35 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     if (error instanceof FailedResult)
       return new Response(error.response.body, { status: error.response.status, headers: error.response.headers })
     if (error instanceof DeadlineExceededError)
-      return problemResponse({ code: 'deadline-exceeded', status: 504, title: 'Processing took too long', detail: `Processing ran into its deadline and was stopped; ${after}.` }, { 'retry-after': '1' })
+      return problemResponse(problem('deadline-exceeded', `Processing ran into its deadline and was stopped; ${after}.`))
     if (error instanceof ShuttingDownError)
-      return problemResponse({ code: 'shutting-down', status: 503, title: 'Service restarting', detail: `This server stopped before the request finished; ${after}.` }, { 'retry-after': '1' })
+      return problemResponse(problem('shutting-down', `This server stopped before the request finished; ${after}.`))
     if (isUnavailable(error) || sqlState(error) === SQLSTATE.QUERY_CANCELED)
-      return problemResponse({ ...problems.unavailable(), detail: `The database is unavailable; ${after}.` }, { 'retry-after': UNAVAILABLE_RETRY_AFTER })
+      return problemResponse(problem('database-unavailable', `The database is unavailable; ${after}.`))
     if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE)
-      return problemResponse({ code: 'in-progress', status: 409, title: 'Request in progress', detail: 'The key is busy; retry shortly.' }, { 'retry-after': '1' })
-    if (error instanceof IdempotencyError && error.status >= 500)
-      return problemResponse({ code: error.code.toLowerCase().replaceAll('_', '-'), status: error.status, title: 'Processing failed', detail: `${error.message}; ${after}.` })
+      return problemResponse(problem('in-progress', 'The key is busy; retry shortly.'))
+    // An error with a catalogued code (e.g. provider-failed, 502) is answered as such; any other is internal.
+    const code = error instanceof IdempotencyError ? error.code.toLowerCase().replaceAll('_', '-') : ''
+    if (error instanceof IdempotencyError && error.status >= 500 && isProblemCode(code))
+      return problemResponse(problem(code, `${error.message}; ${after}.`))
     console.error(`idempotent ${route.path}: processing failed:`, error instanceof Error ? error.message : error)
-    return problemResponse({ ...problems.internal(), detail: `Processing failed; ${after}.` })
+    return problemResponse(problem('internal', `Processing failed; ${after}.`))
   }
 
   return new Elysia({ name: 'idempotent-post', seed: route.path })
-    .post(route.path, ({ request }) => handle(request), { parse: 'none' })
+    .post(route.path, function idempotentHandler({ request }) { return handle(request) }, {
+      parse: 'none',
+      detail: detail(idempotentOperation(route.body, route.docs ?? {}, ttlSeconds)),
+    })
+}
+
+/** The check of a TypeBox body schema, compiled once (TypeBox's checker is a generated function, ~50x faster than interpreting). */
+function schemaValidator<Body>(schema: (TSchema & { static: Body }) | undefined): (body: unknown) => Validation<Body> {
+  if (!schema) throw new TypeError('idempotentPost: give the route a body schema or a validate function')
+  const check = TypeCompiler.Compile(schema)
+  return (body) => check.Check(body)
+    ? { ok: true, value: body as Body }
+    : { ok: false, errors: [...check.Errors(body)].slice(0, 10).map((error) => `${error.path || '/'}: ${error.message}`) }
 }
 
 function toStored(result: HandlerResult): StoredResponse {

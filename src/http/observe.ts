@@ -1,38 +1,53 @@
-import type { Metrics } from '../metrics/registry'
-
 /**
- * Route templates for the `route` label. Paths are client-chosen: mapping
- * them to a fixed set keeps a hostile client from creating series at will.
+ * Counts and times every answer of a fetch handler, 4xx from auth and body
+ * checks included, with the route *template* as its label: paths are
+ * client-chosen, and mapping them to the app's own fixed list keeps a hostile
+ * client from creating series at will. The app gives the list; anything else
+ * is `other`.
  */
-const ROUTES: readonly [RegExp, string][] = [
-  [/^\/api\/payments$/, '/api/payments'],
-  [/^\/api\/payments\/[^/]+$/, '/api/payments/:id'],
-  [/^\/metrics$/, '/metrics'],
-  [/^\/healthz$/, '/healthz'],
-  [/^\/readyz$/, '/readyz'],
-  [/^\/admin\/api\//, '/admin/api'],
-  [/^\/admin(\/|$)/, '/admin'],
-]
+
+export interface AnswerEvent {
+  /** One of the usual methods, else `OTHER`. */
+  readonly method: string
+  /** The matching template of the app's list, or `other`. */
+  readonly route: string
+  readonly status: number
+  readonly seconds: number
+}
 
 const METHODS = new Set(['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'])
 
-export function routeLabel(pathname: string): string {
-  for (const [pattern, label] of ROUTES) if (pattern.test(pathname)) return label
-  return 'other'
+/**
+ * Templates as Elysia writes them: `:name` matches one path segment; a
+ * trailing `/*` matches the prefix and anything below it, labelled by the
+ * prefix (`/admin/*` → `/admin`). The first match wins, so list the specific
+ * ones first.
+ */
+export function routeLabeler(templates: readonly string[]): (pathname: string) => string {
+  const compiled = templates.map((template) => {
+    const wildcard = template.endsWith('/*')
+    const base = wildcard ? template.slice(0, -2) : template
+    const pattern = base.split('/').map((part) => part.startsWith(':') ? '[^/]+' : part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('/')
+    return [new RegExp(`^${pattern}${wildcard ? '(/.*)?' : ''}/?$`), base || '/'] as const
+  })
+  return function routeLabel(pathname: string): string {
+    for (const [pattern, label] of compiled) if (pattern.test(pathname)) return label
+    return 'other'
+  }
 }
 
-/** Wraps a fetch handler so every answer is counted and timed, 4xx from auth and validation included. */
-export function observed(metrics: Metrics, fetch: (request: Request) => Promise<Response>) {
+/** Wraps `fetch` so that `onAnswer` hears of every answer, labelled by `routes`. */
+export function observed(routes: readonly string[], onAnswer: (event: AnswerEvent) => void, fetch: (request: Request) => Promise<Response>) {
+  const routeLabel = routeLabeler(routes)
   return async function observedFetch(request: Request): Promise<Response> {
     const started = performance.now()
     const response = await fetch(request)
-    const labels = {
+    onAnswer({
       method: METHODS.has(request.method) ? request.method : 'OTHER',
       route: routeLabel(new URL(request.url).pathname),
-      status: String(response.status),
-    }
-    metrics.httpRequests.inc(labels)
-    metrics.httpDuration.observe(labels, (performance.now() - started) / 1000)
+      status: response.status,
+      seconds: (performance.now() - started) / 1000,
+    })
     return response
   }
 }

@@ -1,8 +1,8 @@
 import { Counter, Histogram, Registry } from 'prom-client'
+import { OUTCOMES, type IdempotencyHooks } from '../http/outcomes'
+import type { AnswerEvent } from '../http/observe'
 
-/** Every outcome an idempotent request can have; the dashboards rely on these names. */
-export const OUTCOMES = ['created', 'replayed', 'in_progress', 'mismatch', 'invalid', 'reclaimed', 'failed', 'lease_lost'] as const
-export type Outcome = (typeof OUTCOMES)[number]
+export { OUTCOMES, type Outcome } from '../http/outcomes'
 
 /**
  * Seconds. A replay or 409 takes well under a millisecond of our time plus one
@@ -100,4 +100,26 @@ export function primeRoute(metrics: Metrics, route: string, method = 'POST'): vo
   metrics.reclaims.inc({ route }, 0)
   metrics.leasesLost.inc({ route }, 0)
   metrics.releases.inc({ route }, 0)
+}
+
+/** The plugin's hooks, counted into `metrics` (the plugin knows no metrics library). */
+export function idempotencyHooks(metrics: Metrics): IdempotencyHooks {
+  return {
+    onOutcome({ route, outcome, seconds }) {
+      metrics.idempotencyRequests.inc({ route, outcome })
+      metrics.idempotencyDuration.observe({ route, outcome }, seconds)
+    },
+    onReclaim: ({ route }) => metrics.reclaims.inc({ route }),
+    onLeaseLost: ({ route }) => metrics.leasesLost.inc({ route }),
+    onRelease: ({ route }) => metrics.releases.inc({ route }),
+  }
+}
+
+/** http_requests_total and its histogram, fed by http/observe.ts. */
+export function countAnswer(metrics: Metrics) {
+  return function onAnswer({ method, route, status, seconds }: AnswerEvent): void {
+    const labels = { method, route, status: String(status) }
+    metrics.httpRequests.inc(labels)
+    metrics.httpDuration.observe(labels, seconds)
+  }
 }

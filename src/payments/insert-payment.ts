@@ -1,5 +1,5 @@
 import type postgres from 'postgres'
-import type { NewPayment } from './schema'
+import type { NewPayment, Payment } from './schema'
 
 /** A payments row as selected with PAYMENT_COLUMNS. */
 export interface PaymentRow {
@@ -18,14 +18,14 @@ export interface PaymentRow {
 export const PAYMENT_COLUMNS = 'id, amount, currency, customer, description, status, provider_ref, created_at, created_at::text as cursor_at'
 
 /** The payment as the API shows it. */
-export function paymentJson(row: PaymentRow) {
+export function paymentJson(row: PaymentRow): Payment {
   return {
     id: row.id,
     amount: Number(row.amount), // at most 10^12: exact as a JSON number
     currency: row.currency,
     customer: row.customer,
     description: row.description,
-    status: row.status,
+    status: row.status as Payment['status'],
     provider_reference: row.provider_ref,
     created_at: row.created_at.toISOString(),
   }

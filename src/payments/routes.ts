@@ -2,21 +2,25 @@ import { Elysia } from 'elysia'
 import type { Pools } from '../store/db'
 import { retryRead } from '../store/read'
 import { idempotentPost, type IdempotencyOptions } from '../http/idempotency'
-import { problemResponse, problems } from '../http/problem'
+import { detail, problemAnswer } from '../http/operation'
+import { problem, problemResponse, problems } from '../http/problem'
 import { decodeCursor, encodeCursor, isUuid } from './cursor'
 import type { Charge, PaymentProvider } from '../provider/client'
-import { validateNewPayment, type NewPayment } from './schema'
+import { CUSTOMER_MAX_LENGTH, DEFAULT_LIMIT, MAX_LIMIT, NewPayment, Payment, PaymentListQuery, PaymentPage, validateNewPayment } from './schema'
 import { insertPayment, PAYMENT_COLUMNS, paymentJson, type PaymentRow } from './insert-payment'
 
 export const PAYMENTS_ROUTE = '/api/payments'
-/** Page size of the list: 20 by default, 100 at most (SPEC). */
-const DEFAULT_LIMIT = 20
-const MAX_LIMIT = 100
+/** The route templates of this API, for the metrics' `route` label (http/observe.ts). */
+export const PAYMENTS_ROUTES = [PAYMENTS_ROUTE, `${PAYMENTS_ROUTE}/:id`] as const
 
 export interface PaymentsOptions extends IdempotencyOptions {
   readonly pools: Pools
   readonly provider: PaymentProvider
 }
+
+const TAGS = ['payments']
+const json = (schema: unknown) => ({ 'application/json': { schema } })
+const unauthorized = problemAnswer(['unauthorized'], 'No or wrong API key.')
 
 /** The reference payments API: idempotent POST, GET by id, list by customer. */
 export function paymentsRoutes(options: PaymentsOptions) {
@@ -25,7 +29,21 @@ export function paymentsRoutes(options: PaymentsOptions) {
 
   const create = idempotentPost<NewPayment, Charge>(options, {
     path: PAYMENTS_ROUTE,
+    body: NewPayment,
     validate: validateNewPayment,
+    docs: {
+      summary: 'Create a payment, once per Idempotency-Key',
+      tags: TAGS,
+      operationId: 'createPayment',
+      responses: {
+        201: {
+          description: 'The payment was made (or, with `Idempotent-Replayed: true`, the first answer of this key again).',
+          headers: { Location: { description: 'The new payment: `/api/payments/{id}`.', required: true, schema: { type: 'string' } } },
+          content: json(Payment),
+        },
+        502: problemAnswer(['provider-failed', 'provider-key-conflict'], 'The payment provider failed or refused; the key was released, so a retry runs again.'),
+      },
+    },
     // External step: the charge, under the request's deadline and with our
     // downstream key, so a re-execution gets the same charge back.
     act: ({ body, signal, idempotencyKey }) =>
@@ -46,21 +64,33 @@ export function paymentsRoutes(options: PaymentsOptions) {
       if (!isUuid(params.id)) return problemResponse(problems.notFound('No such payment.'))
       const [row] = await retryRead(() => pools.short<PaymentRow[]>`select ${columns} from payments where id = ${params.id} and tenant = ${tenant}`)
       return row ? Response.json(paymentJson(row)) : problemResponse(problems.notFound('No such payment.'))
+    }, {
+      detail: detail({
+        summary: 'One payment',
+        tags: TAGS,
+        operationId: 'getPayment',
+        responses: {
+          200: { description: 'The payment.', content: json(Payment) },
+          401: unauthorized,
+          404: problemAnswer(['not-found'], 'No such payment for this tenant (another tenant\'s is answered the same way), or a malformed id.'),
+          503: problemAnswer(['database-unavailable']),
+        },
+      }),
     })
     .get(PAYMENTS_ROUTE, async ({ request }) => {
       const tenant = tenantOf(request)
       if (tenant === undefined) return problemResponse(problems.unauthorized(), { 'www-authenticate': 'Bearer' })
       const query = new URL(request.url).searchParams
       const customer = query.get('customer')
-      if (!customer || customer.length > 64 || customer.includes('\u0000'))
-        return problemResponse(problems.badRequest('invalid-query', 'Give ?customer= (1 to 64 characters).'))
+      if (!customer || customer.length > CUSTOMER_MAX_LENGTH || customer.includes('\u0000'))
+        return problemResponse(problem('invalid-query', `Give ?customer= (1 to ${CUSTOMER_MAX_LENGTH} characters).`))
       const rawLimit = query.get('limit')
       const limit = rawLimit === null ? DEFAULT_LIMIT : /^\d{1,3}$/.test(rawLimit) ? Number(rawLimit) : NaN
       if (!(limit >= 1 && limit <= MAX_LIMIT))
-        return problemResponse(problems.badRequest('invalid-query', `limit must be a whole number from 1 to ${MAX_LIMIT}.`))
+        return problemResponse(problem('invalid-query', `limit must be a whole number from 1 to ${MAX_LIMIT}.`))
       const rawCursor = query.get('cursor')
       const cursor = rawCursor ? decodeCursor(rawCursor) : undefined
-      if (rawCursor && !cursor) return problemResponse(problems.badRequest('invalid-query', 'cursor is not one this API gave out.'))
+      if (rawCursor && !cursor) return problemResponse(problem('invalid-query', 'cursor is not one this API gave out.'))
       const rows = await retryRead(() => pools.short<PaymentRow[]>`
         select ${columns} from payments
          where tenant = ${tenant} and customer = ${customer}
@@ -73,5 +103,18 @@ export function paymentsRoutes(options: PaymentsOptions) {
         data: page.map(paymentJson),
         next_cursor: rows.length > limit && last ? encodeCursor({ createdAt: last.cursor_at, id: last.id }) : null,
       })
+    }, {
+      detail: detail({
+        summary: 'A customer\'s payments, newest first',
+        tags: TAGS,
+        operationId: 'listPayments',
+        parameters: Object.entries(PaymentListQuery).map(([name, { required, schema }]) => ({ name, in: 'query' as const, required, schema })),
+        responses: {
+          200: { description: 'A page of payments.', content: json(PaymentPage) },
+          400: problemAnswer(['invalid-query']),
+          401: unauthorized,
+          503: problemAnswer(['database-unavailable']),
+        },
+      }),
     })
 }

@@ -5,17 +5,61 @@ import type { Validation } from '../http/idempotency'
 
 /** The largest amount in minor units: 10^12 (ten billion in a two-decimal currency). */
 export const MAX_AMOUNT = 1_000_000_000_000
+/** Page size of the list: 20 by default, 100 at most (SPEC). */
+export const DEFAULT_LIMIT = 20
+export const MAX_LIMIT = 100
+/** A customer id: 1 to 64 characters (the payments table checks the same). */
+export const CUSTOMER_MAX_LENGTH = 64
 
+const Amount = Type.Integer({ minimum: 1, maximum: MAX_AMOUNT, description: 'Minor units (cents), written as a whole number: no fraction, no exponent.' })
+const Currency = Type.String({ pattern: '^[A-Z]{3}$', description: 'ISO 4217 code, upper case.', examples: ['EUR'] })
+const Customer = Type.String({ minLength: 1, maxLength: CUSTOMER_MAX_LENGTH })
+
+/** The body of POST /api/payments: checks every request, and is the body of the OpenAPI document. */
 export const NewPayment = Type.Object(
   {
-    amount: Type.Integer({ minimum: 1, maximum: MAX_AMOUNT }),
-    currency: Type.String({ pattern: '^[A-Z]{3}$' }),
-    customer: Type.String({ minLength: 1, maxLength: 64 }),
+    amount: Amount,
+    currency: Currency,
+    customer: Customer,
     description: Type.Optional(Type.String({ maxLength: 500 })),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'NewPayment' },
 )
 export type NewPayment = Static<typeof NewPayment>
+
+const UUID_PATTERN = '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+
+/** A payment as the API shows it (insert-payment.ts builds it; the OpenAPI document and the contract tests use this). */
+export const Payment = Type.Object(
+  {
+    id: Type.String({ pattern: UUID_PATTERN }),
+    amount: Amount,
+    currency: Currency,
+    customer: Customer,
+    description: Type.Union([Type.String({ maxLength: 500 }), Type.Null()]),
+    status: Type.Literal('succeeded'),
+    provider_reference: Type.String({ minLength: 1, maxLength: 64, description: 'The payment provider\'s charge id.' }),
+    created_at: Type.String({ description: 'ISO 8601, UTC.' }),
+  },
+  { additionalProperties: false, title: 'Payment' },
+)
+export type Payment = Static<typeof Payment>
+
+/** A page of GET /api/payments. */
+export const PaymentPage = Type.Object(
+  {
+    data: Type.Array(Payment, { description: 'Newest first.' }),
+    next_cursor: Type.Union([Type.String(), Type.Null()], { description: 'Pass as `cursor` for the next page; null on the last.' }),
+  },
+  { additionalProperties: false, title: 'PaymentPage' },
+)
+
+/** The list's query parameters, as documented; routes.ts checks them with these bounds. */
+export const PaymentListQuery = {
+  customer: { required: true, schema: Customer },
+  limit: { required: false, schema: Type.Integer({ minimum: 1, maximum: MAX_LIMIT, default: DEFAULT_LIMIT }) },
+  cursor: { required: false, schema: Type.String({ pattern: '^[A-Za-z0-9_-]{1,200}$', description: 'next_cursor of the previous page.' }) },
+} as const
 
 // Compiled once: TypeBox's checker is a generated function, ~50x faster than interpreting the schema.
 const check = TypeCompiler.Compile(NewPayment)

@@ -1,0 +1,23 @@
+/**
+ * `idempotent-post/engine`: the key lifecycle on PostgreSQL, without HTTP
+ * (claim, complete, release, reclaim), the schema it needs, and the database
+ * handles it expects.
+ *
+ *   import { migrate, openPools } from 'idempotent-post/engine'
+ *   await migrate(process.env.DATABASE_URL)        // applies sql/, once per database, safe to run from many processes
+ *   const pools = openPools(process.env.DATABASE_URL) // two postgres.js pools with the session deadlines the engine relies on
+ *
+ * Note: the migrations in sql/ also create the reference service's `payments`
+ * table (sql/00002); an app of yours simply does not use it.
+ */
+export { migrate, MIGRATIONS_DIR } from './store/migrate'
+export { openPools, SESSION_SETTINGS, type Pool, type PoolOptions, type Pools } from './store/db'
+export { claim } from './core/claim'
+export { complete, type Recording, type TransactionSql } from './core/complete'
+export { release } from './core/release'
+export { reclaim } from './core/reclaim'
+export { fingerprint } from './core/fingerprint'
+export { downstreamKey } from './core/downstream-key'
+export { deadlineSignal, executionBudgetMs, DeadlineExceededError, ShuttingDownError } from './core/deadline'
+export { DatabaseUnavailableError, IdempotencyError, LeaseLostError, SQLSTATE, isUnavailable, sqlState } from './core/errors'
+export type { ClaimResult, Clock, Lease, RequestIdentity, StoredResponse } from './core/types'

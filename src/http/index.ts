@@ -1,0 +1,45 @@
+/**
+ * `idempotent-post/plugin`: make any JSON POST route of an Elysia app
+ * idempotent. Knows nothing of the payments service: the app passes its
+ * database handles, its tenant resolver and, if it counts anything, hooks.
+ *
+ *   import { idempotentPost } from 'idempotent-post/plugin'
+ *   app.use(idempotentPost({ pools, tenant }, { path, body, act, record }))
+ *
+ * The database needs the engine's schema first: `migrate(url)` from
+ * `idempotent-post/engine`.
+ */
+export {
+  idempotentPost,
+  DEFAULT_MAX_BODY_BYTES,
+  DEFAULT_RETENTION_SECONDS,
+  DEFAULT_TTL_SECONDS,
+  type ActContext,
+  type Database,
+  type HandlerResult,
+  type IdempotencyOptions,
+  type IdempotencyPools,
+  type IdempotentRoute,
+  type RecordContext,
+  type Validation,
+} from './idempotency'
+export { OUTCOMES, type IdempotencyHooks, type Outcome, type OutcomeEvent, type RouteEvent } from './outcomes'
+export { IdempotencyKey, problemAnswer, type ResponseDoc, type RouteDocs } from './operation'
+export {
+  PROBLEMS,
+  PROBLEM_CONTENT_TYPE,
+  codesWithStatus,
+  isProblemCode,
+  problem,
+  problemBody,
+  problemResponse,
+  problemSchema,
+  problemType,
+  type Problem,
+  type ProblemCode,
+  type ProblemEntry,
+} from './problem'
+export { bearerTenant } from './auth'
+export { InFlight } from './in-flight'
+export { observed, routeLabeler, type AnswerEvent } from './observe'
+export type { TransactionSql } from '../core/complete'

@@ -1,0 +1,46 @@
+/**
+ * What the plugin reports, for the app to count (prom-client, logs, ...): the
+ * plugin itself knows no metrics library, so any app can wire it its own way.
+ */
+
+/** Every outcome an idempotent request can have; the dashboards rely on these names. */
+export const OUTCOMES = ['created', 'replayed', 'in_progress', 'mismatch', 'invalid', 'reclaimed', 'failed', 'lease_lost'] as const
+export type Outcome = (typeof OUTCOMES)[number]
+
+export interface OutcomeEvent {
+  /** The route's path template, as given to idempotentPost. */
+  readonly route: string
+  readonly outcome: Outcome
+  /** Time spent on the request, from its arrival to its answer. */
+  readonly seconds: number
+}
+
+export interface RouteEvent {
+  readonly route: string
+}
+
+/**
+ * Called synchronously on the request's path, so keep them cheap (a counter
+ * increment). One that throws is logged and ignored: counting never changes
+ * an answer.
+ */
+export interface IdempotencyHooks {
+  /** Once per request that reached the plugin with valid credentials. */
+  readonly onOutcome?: (event: OutcomeEvent) => void
+  /** A stale or released key was taken over by this request (its outcome is then `reclaimed`). */
+  readonly onReclaim?: (event: RouteEvent) => void
+  /** This request's claim was taken over before it could commit; its writes rolled back. */
+  readonly onLeaseLost?: (event: RouteEvent) => void
+  /** A failed request gave its key back, so a retry runs again. */
+  readonly onRelease?: (event: RouteEvent) => void
+}
+
+/** Calls `hook`, never letting it throw into the request. */
+export function notify<E>(name: string, hook: ((event: E) => void) | undefined, event: E): void {
+  if (!hook) return
+  try {
+    hook(event)
+  } catch (error) {
+    console.error(`idempotency hook ${name} threw:`, error instanceof Error ? error.message : error)
+  }
+}
