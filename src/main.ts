@@ -174,6 +174,7 @@ function banner(config: Config, databaseUrl: string, simulated: boolean): void {
     config.demoKeys ? `API key        demo-key (tenant "demo"; dev only: set API_KEYS for real use)` : `API keys       ${config.apiKeys.size} configured`,
     `admin          ${base}/admin`,
     config.adminTokenGenerated ? `admin token    ${config.adminToken} (random for this run: set ADMIN_TOKEN to keep one)` : `admin token    from ADMIN_TOKEN`,
+    `API docs       ${base}/docs (OpenAPI: ${base}/openapi.json)`,
     `metrics        ${base}/metrics`,
     `database       ${databaseUrl.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@')}`,
     `provider       ${config.providerUrl}${simulated ? ' (simulator; set PAYMENT_PROVIDER_URL for a real one)' : ''}`,
