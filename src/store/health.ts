@@ -1,5 +1,5 @@
 import postgres from 'postgres'
-import { reconnectBackoff } from './db'
+import { driverOptions, reconnectBackoff } from './db'
 
 /**
  * 500 ms between probes: an outage is noticed within ~0.5 s (a refused
@@ -33,14 +33,17 @@ export class DatabaseHealth {
   #probing = false
   #slowInARow = 0
 
-  constructor(url: string, applicationName = 'idempotent-post:health') {
+  constructor(url: string, applicationName = 'idempotent-post:health', options: { pgbouncer?: boolean } = {}) {
+    const pgbouncer = options.pgbouncer ?? false
     this.#sql = postgres(url, {
+      ...driverOptions(url, pgbouncer),
       max: 1,
       connect_timeout: PROBE_TIMEOUT_MS / 1000,
       backoff: reconnectBackoff,
       idle_timeout: 0,
       onnotice: () => undefined,
-      connection: { application_name: applicationName, statement_timeout: PROBE_TIMEOUT_MS },
+      // PgBouncer refuses statement_timeout as a startup parameter; the probe's own race below bounds it anyway.
+      connection: pgbouncer ? { application_name: applicationName } : { application_name: applicationName, statement_timeout: PROBE_TIMEOUT_MS },
     })
     this.#timer = setInterval(() => void this.probe(), PROBE_INTERVAL_MS)
   }
