@@ -143,13 +143,22 @@ function providerFor(config: Config): PaymentProvider {
  */
 const BUN_BODY_CAP_BYTES = 1024 * 1024 * 1024
 
+/** The same request with an absolute URL and a Host header. */
+function withOrigin(request: Request, origin: string): Request {
+  const headers = new Headers(request.headers)
+  headers.set('host', new URL(origin).host)
+  const hasBody = request.method !== 'GET' && request.method !== 'HEAD'
+  return new Request(new URL(request.url, origin), { method: request.method, headers, ...(hasBody ? { body: request.body, duplex: 'half' } : {}) } as RequestInit)
+}
+
 export function serve(app: App, deps: AppDependencies, options: { reusePort?: boolean } = {}) {
   const handle = observed(ROUTE_LABELS, countAnswer(deps.metrics), (request) => app.handle(request))
-  // An HTTP/1.0 request may come without Host; Bun then cannot build its URL
-  // (reading request.url throws), so it is refused before anything reads it.
-  const fetch = (request: Request) => request.headers.has('host')
+  // An HTTP/1.0 request may come without Host (legal there; HAProxy's default
+  // health check is one): Bun then gives only the path as its URL, which no
+  // URL parser takes. It is served with the address we listen on as its origin.
+  const fetch = (request: Request, server: Bun.Server<unknown>) => request.headers.has('host')
     ? handle(request)
-    : problemResponse(problem('missing-host'))
+    : handle(withOrigin(request, `http://${server.hostname?.includes(':') ? `[${server.hostname}]` : server.hostname}:${server.port}`))
   return Bun.serve({
     hostname: deps.config.host,
     port: deps.config.port,

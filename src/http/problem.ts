@@ -42,7 +42,6 @@ export const PROBLEMS = {
   // 400: the request itself is wrong; nothing was stored.
   'bad-request': { status: 400, title: 'Bad request', detail: 'The request could not be understood.' },
   'invalid-request': { status: 400, title: 'Bad request', detail: 'The request could not be read.' },
-  'missing-host': { status: 400, title: 'Bad request', detail: 'Send a Host header.' },
   'missing-idempotency-key': { status: 400, title: 'Missing Idempotency-Key', detail: 'Send an Idempotency-Key header.' },
   'invalid-idempotency-key': { status: 400, title: 'Invalid Idempotency-Key', detail: 'Idempotency-Key must be 1 to 255 printable ASCII characters (0x21 to 0x7E), sent once.' },
   'invalid-json': { status: 400, title: 'Invalid JSON body', detail: 'The body is not valid JSON.' },
@@ -126,7 +125,7 @@ export function problemResponse(problem: Problem, headers: Record<string, string
 export const problems = {
   unauthorized: (detail?: string): Problem => problem('unauthorized', detail),
   notFound: (detail?: string): Problem => problem('not-found', detail),
-  badRequest: (code: 'bad-request' | 'invalid-request' | 'missing-host' | 'missing-idempotency-key' | 'invalid-idempotency-key' | 'invalid-json' | 'invalid-body' | 'invalid-query', detail?: string, errors?: string[]): Problem =>
+  badRequest: (code: 'bad-request' | 'invalid-request' | 'missing-idempotency-key' | 'invalid-idempotency-key' | 'invalid-json' | 'invalid-body' | 'invalid-query', detail?: string, errors?: string[]): Problem =>
     problem(code, detail, errors ? { errors } : {}),
   unsupportedMediaType: (): Problem => problem('unsupported-media-type'),
   tooLarge: (limit: number): Problem => problem('body-too-large', `The body must be at most ${limit} bytes.`),
