@@ -66,7 +66,12 @@ async function main(): Promise<number> {
       log(`embedded PostgreSQL ready (data in ${embedded.dir}, port ${config.embeddedPort})`)
       if (stopped()) return 0
     }
-    if (!isWorker) {
+    if (!isWorker && config.databasePgbouncer) {
+      // No migrations through PgBouncer (store/migrate.ts checkSchema says why).
+      const { checkSchema } = await import('./store/migrate')
+      log(`schema at migration ${await checkSchema(databaseUrl, { prepare: false })} (checked; DATABASE_PGBOUNCER=1 does not migrate)`)
+      if (stopped()) return 0
+    } else if (!isWorker) {
       const { migrate } = await import('./store/migrate')
       const { applied, version } = await migrate(databaseUrl)
       log(`schema at migration ${version}${applied ? ` (${applied} applied)` : ''}`)

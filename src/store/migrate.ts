@@ -42,3 +42,25 @@ async function currentVersion(sql: postgres.Sql): Promise<number> {
   const [latest] = await sql<{ version: number }[]>`select coalesce(max(migration_id), 0)::int as version from migrations`
   return latest?.version ?? 0
 }
+
+/**
+ * Behind PgBouncer in transaction mode the session advisory lock above would
+ * be taken on one server connection and released on another, or never: the
+ * next start would wait forever. So the service does not migrate there; it
+ * only checks that someone did (`npm run migrate` with a direct DATABASE_URL),
+ * and refuses to run on a schema other than the one it knows.
+ */
+export async function checkSchema(url: string, options: { prepare?: boolean } = {}, dir = MIGRATIONS_DIR): Promise<number> {
+  const known = readdirSync(dir).filter((file) => /^\d{5}_.*\.sql$/.test(file)).length
+  const sql = postgres(url, { max: 1, onnotice: () => undefined, connect_timeout: 10, prepare: options.prepare ?? true })
+  try {
+    const version = await currentVersion(sql)
+    if (version < known)
+      throw new Error(`the database schema is at migration ${version}, this release needs ${known}: run \`npm run migrate\` with DATABASE_URL pointing at PostgreSQL directly (not through PgBouncer)`)
+    if (version > known)
+      throw new Error(`the database schema is at migration ${version}, newer than this release knows (${known}); upgrade the service`)
+    return version
+  } finally {
+    await sql.end({ timeout: 5 })
+  }
+}
