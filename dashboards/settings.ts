@@ -6,6 +6,14 @@
  * copies with your URLs into another folder (docs/observability.md).
  */
 import { DEFAULT_HOST, DEFAULT_PORT } from '../src/config'
+import { DEFAULT_TTL_SECONDS } from '../src/core/policy'
+
+/**
+ * The TTL the generated dashboard and alert texts assume (thresholds such as
+ * "oldest processing age above the TTL is stale", "30 s by default"): the
+ * service's default, from the one policy module, never typed again here.
+ */
+export const ASSUMED_TTL_SECONDS = DEFAULT_TTL_SECONDS
 
 /** The service as `npm start` serves it on this machine: right for a local try, to be overridden everywhere else. */
 export const DEFAULT_ADMIN_URL = `http://${DEFAULT_HOST}:${DEFAULT_PORT}`

@@ -1,36 +1,94 @@
 #!/usr/bin/env bun
 /**
- * The operator CLI: `npm run idem -- <command>` or `idem <command>`.
- * It calls the same core operations as the admin page (and writes the same
- * audit trail, as "cli:<os user>").
+ * The operator CLI: `npm run idem -- <command>` or `idem <command>`. A thin
+ * caller of src/operations, like the admin page and its JSON API: the same
+ * operations, the same audit trail (as "cli:<who>"), the same snake_case JSON
+ * (--json prints what /admin/api answers). It applies the server's TTL and
+ * retention as the server recorded them, never its own shell's, and reads
+ * DATABASE_URL with the server's own parser (config.ts).
  *
- * Exit codes: 0 done; 1 refused or failed (a live worker holds the key, the key
- * changed, the database failed); 2 usage (bad arguments, DATABASE_URL unset).
+ * Exit codes: 0 done; 1 refused or failed (a live worker holds the key, the
+ * key changed, the operator answered no, the database failed); 2 usage (bad
+ * arguments, DATABASE_URL unset, no actor, a destructive command without
+ * --yes where nobody can be asked).
  */
 import { userInfo } from 'node:os'
+import { createInterface } from 'node:readline/promises'
 import { Command, CommanderError, InvalidArgumentError } from 'commander'
-import postgres from 'postgres'
-import { expireStaleAction, forceExpireAction, purgeAction, type ActionContext } from './admin/actions'
-import { parseFilters } from './admin/query'
-import { formatAge } from './admin/format'
-import { listAudit } from './core/audit'
-import { countKeys } from './core/counts'
-import { listProcessing, MAX_PAGE_SIZE } from './core/list-processing'
+import { ConfigError, loadDatabaseConfig } from './config'
 import { readServerSettings, type ServerSettings } from './core/settings'
+import type { Sql } from './core/types'
+import { OperationInputError, operations, parseAuditFilters, parseKeyFilters, type Operations } from './operations'
+import { formatAge, formatTime } from './operations/format'
+import * as json from './operations/json'
+import { MAX_PAGE_SIZE } from './operations/list'
+import { ownerText, previewText } from './operations/describe'
+import { openPools } from './store/db'
 
-const EXIT = { ok: 0, refused: 1, usage: 2 } as const
+export const EXIT = { ok: 0, refused: 1, usage: 2 } as const
 
-class UsageError extends Error {}
-class RefusedError extends Error {}
+export class UsageError extends Error {}
+export class RefusedError extends Error {}
 
-function actor(): string {
-  let name = process.env.USER ?? 'unknown'
-  try {
-    name = userInfo().username
-  } catch {
-    // no passwd entry (containers): keep $USER
+/** What the CLI talks to: the process by default; tests give their own terminal and user. */
+export interface CliIo {
+  readonly env: Readonly<Record<string, string | undefined>>
+  readonly out: (text: string) => void
+  readonly err: (text: string) => void
+  /** Whether someone sits at a terminal to be asked (stdin and stderr are TTYs). */
+  readonly interactive: boolean
+  /** Asks one question on the terminal and returns the answer line. */
+  readonly ask: (question: string) => Promise<string>
+  /** The OS user (passwd entry) of this process; throws when it has none. */
+  readonly osUser: () => string
+}
+
+export const processIo: CliIo = {
+  env: process.env,
+  out: (text) => process.stdout.write(text),
+  err: (text) => process.stderr.write(text),
+  interactive: Boolean(process.stdin.isTTY && process.stderr.isTTY),
+  async ask(question) {
+    const prompt = createInterface({ input: process.stdin, output: process.stderr })
+    try {
+      return await prompt.question(question)
+    } finally {
+      prompt.close()
+    }
+  },
+  osUser() {
+    const { username } = userInfo()
+    // Bun answers "unknown" where Node throws ENOENT: this uid has no passwd entry (a container's
+    // arbitrary uid). An account really named so is told apart by id(1), which asks NSS too.
+    if (username === 'unknown' && Bun.spawnSync(['id', '-un'], { stdout: 'ignore', stderr: 'ignore' }).exitCode !== 0) throw new Error('no passwd entry')
+    return username
+  },
+}
+
+/** Operator names for the audit trail: printable, short, no spaces at the ends. */
+const ACTOR_NAME = /^[!-~](?:[ -~]{0,118}[!-~])?$/
+
+/**
+ * Who runs a command, for the audit trail: --actor, else the OS user of this
+ * uid, else $USER. Never a made-up "unknown": an action nobody can be traced
+ * to is refused (exit 2) before anything is done.
+ */
+export function resolveActor(option: string | undefined, io: Pick<CliIo, 'env' | 'osUser'>): string {
+  if (option !== undefined) {
+    const name = option.trim()
+    if (!ACTOR_NAME.test(name)) throw new UsageError('--actor must be 1 to 120 printable characters')
+    return `cli:${name}`
   }
-  return `cli:${name}`.slice(0, 128)
+  let name: string | undefined
+  try {
+    name = io.osUser().trim() || undefined
+  } catch {
+    // no passwd entry for this uid (a container's arbitrary uid): try $USER
+  }
+  name ??= io.env.USER?.trim() || undefined
+  if (name === undefined || !ACTOR_NAME.test(name))
+    throw new UsageError('no actor for the audit trail: $USER is unset and this uid has no passwd entry; name yourself with --actor <name>')
+  return `cli:${name}`
 }
 
 /**
@@ -38,12 +96,12 @@ function actor(): string {
  * Never the operator's shell: `IDEMPOTENCY_RETENTION_SECONDS=1 idem purge`
  * once deleted keys the service still replays, and the next retry paid twice.
  */
-async function serverSettings(sql: Parameters<typeof readServerSettings>[0]): Promise<ServerSettings> {
+async function serverSettings(sql: Sql, io: CliIo): Promise<ServerSettings> {
   const settings = await readServerSettings(sql)
   if (!settings) throw new RefusedError('no server has recorded its settings in this database yet: start the service once, so that operator commands apply its TTL and retention')
   for (const [name, value] of [['IDEMPOTENCY_TTL_SECONDS', settings.ttlSeconds], ['IDEMPOTENCY_RETENTION_SECONDS', settings.retentionSeconds]] as const) {
-    const mine = process.env[name]
-    if (mine && mine.trim() !== String(value)) process.stderr.write(`idem: ignoring ${name}=${mine} from this shell: the server runs with ${value}\n`)
+    const mine = io.env[name]
+    if (mine && mine.trim() !== String(value)) io.err(`idem: ignoring ${name}=${mine} from this shell: the server runs with ${value}\n`)
   }
   return settings
 }
@@ -58,160 +116,251 @@ function lease(value: string): string {
   return value
 }
 
-async function withDatabase<T>(work: (context: ActionContext, sql: postgres.Sql) => Promise<T>): Promise<T> {
-  const url = process.env.DATABASE_URL?.trim()
-  if (!url) throw new UsageError('DATABASE_URL is not set: point it at the service\'s database, e.g. DATABASE_URL=postgres://user@host:5432/db')
-  if (!/^postgres(ql)?:\/\//.test(url)) throw new UsageError('DATABASE_URL must be a postgres:// or postgresql:// URL')
-  const sql = postgres(url, {
-    max: 2,
-    connect_timeout: 5,
-    onnotice: () => undefined,
-    // Same guards as the server's pools: nothing of ours waits long on a lock.
-    connection: { application_name: 'idempotent-post:cli', statement_timeout: 30_000, lock_timeout: 1_000 },
-  })
-  try {
-    const settings = await serverSettings(sql as never)
-    return await work({ sql: sql as never, ttlSeconds: settings.ttlSeconds, retentionSeconds: settings.retentionSeconds }, sql)
-  } finally {
-    await sql.end({ timeout: 5 })
+/** Control characters would move a terminal's cursor; keys cannot hold any (a table CHECK), other fields are cleaned anyway. */
+const printable = (text: string): string => text.replace(/[\u0000-\u001f\u007f]/g, '?')
+
+/** What a run ends with, when an action decides it (a refusal it reports itself). */
+export interface RunState {
+  exitCode: number
+}
+
+export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode: EXIT.ok }): Command {
+  const print = (line = ''): void => io.out(`${line}\n`)
+  const printJson = (value: unknown): void => print(JSON.stringify(value, null, 2))
+  /** Columns padded to their widest cell. */
+  const table = (rows: string[][]): void => {
+    const cells = rows.map((row) => row.map(printable))
+    const widths = cells[0]!.map((_, column) => Math.max(...cells.map((row) => row[column]!.length)))
+    for (const row of cells) print(row.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd())
   }
-}
 
-function print(line = ''): void {
-  process.stdout.write(`${line}\n`)
-}
-const printJson = (value: unknown): void => print(JSON.stringify(value, null, 2))
+  async function withOperations<T>(work: (ops: Operations) => Promise<T>): Promise<T> {
+    let databaseUrl: string | undefined
+    let pgbouncer: boolean
+    try {
+      ;({ databaseUrl, databasePgbouncer: pgbouncer } = loadDatabaseConfig(io.env))
+    } catch (error) {
+      if (error instanceof ConfigError) throw new UsageError(error.message)
+      throw error
+    }
+    if (!databaseUrl) throw new UsageError('DATABASE_URL is not set: point it at the service\'s database, e.g. DATABASE_URL=postgres://user@host:5432/db')
+    const pools = openPools(databaseUrl, { applicationName: 'idempotent-post:cli', shortMax: 2, workMax: 1, pgbouncer })
+    try {
+      const settings = await serverSettings(pools.short, io)
+      return await work(operations({ sql: pools.short, ttlSeconds: settings.ttlSeconds, retentionSeconds: settings.retentionSeconds }))
+    } finally {
+      await pools.close(5)
+    }
+  }
 
-/** Columns padded to their widest cell; keys are printable ASCII (a table CHECK), so nothing here can move the cursor. */
-function table(rows: string[][]): void {
-  const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)))
-  for (const row of rows) print(row.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd())
-}
+  /**
+   * A destructive command goes ahead with --yes, or when the operator answers
+   * "yes" at a terminal after reading what it will do; anywhere else (a
+   * script, a pipe, cron) it refuses with exit 2, having done nothing.
+   */
+  async function confirmed(yes: boolean | undefined, what: string): Promise<void> {
+    if (yes) return
+    if (!io.interactive) throw new UsageError(`${what}\nrefusing without --yes: not a terminal, so nobody can be asked. Nothing was done.`)
+    const answer = (await io.ask(`${what}\nType "yes" to go ahead: `)).trim().toLowerCase()
+    if (answer !== 'yes' && answer !== 'y') throw new RefusedError('not confirmed; nothing was done')
+  }
 
-export function buildProgram(): Command {
   const program = new Command('idem')
-    .description('Operate idempotency keys: find and clear stuck keys, purge expired ones (same actions as /admin, recorded in the audit trail).')
+    .description('Operate idempotency keys: find and clear stuck keys, purge expired ones (the same operations as /admin, recorded in the audit trail).')
     .showHelpAfterError()
     .exitOverride()
+    .configureOutput({ writeOut: (text) => io.out(text), writeErr: (text) => io.err(text) })
 
-  program.command('list')
-    .description('list keys in processing, stale (older than the TTL) first')
+  const keyFilterOptions = (command: Command) => command
     .option('--tenant <tenant>', 'only this tenant')
     .option('--route <route>', 'only this route, e.g. "POST /api/payments"')
+    .option('--key <text>', 'only keys containing this text')
+
+  keyFilterOptions(program.command('list'))
+    .description('list keys in processing, stale (older than the TTL) first')
     .option('--stale', 'only stale keys')
     .option('--limit <n>', `how many (at most ${MAX_PAGE_SIZE})`, positiveInt, 50)
-    .option('--json', 'machine-readable output')
-    .action((options: { tenant?: string; route?: string; stale?: boolean; limit: number; json?: boolean }) => withDatabase(async (context) => {
-      const filters = parseFilters(new URLSearchParams({ ...(options.tenant ? { tenant: options.tenant } : {}), ...(options.route ? { route: options.route } : {}) }))
-      if (!filters.ok) throw new UsageError(filters.error)
-      const page = await listProcessing(context.sql, { ttlSeconds: context.ttlSeconds, tenant: filters.value.tenant, method: filters.value.method, path: filters.value.path, staleOnly: options.stale, limit: Math.min(options.limit, MAX_PAGE_SIZE) })
-      if (options.json) return printJson(page.keys.map((key) => ({ ...key, ageSeconds: Math.floor(key.ageSeconds) })))
-      if (page.keys.length === 0) return print('no key in processing matches')
-      table([
+    .option('--cursor <cursor>', 'the next page: the cursor a previous list printed')
+    .option('--json', 'print JSON, as GET /admin/api/keys answers')
+    .action((options: { tenant?: string; route?: string; key?: string; stale?: boolean; limit: number; cursor?: string; json?: boolean }) => withOperations(async (ops) => {
+      if (options.limit > MAX_PAGE_SIZE) throw new UsageError(`--limit is at most ${MAX_PAGE_SIZE}`)
+      const page = await ops.list(parseKeyFilters(options), { cursor: options.cursor, limit: options.limit })
+      if (options.json) return printJson(json.keyPageJson(page))
+      if (page.keys.length === 0) print(options.cursor ? 'no more keys' : 'no key in processing matches')
+      else table([
         ['STATE', 'TENANT', 'KEY', 'ROUTE', 'AGE', 'ATTEMPTS', 'LEASE'],
         ...page.keys.map((key) => [key.stale ? 'stale' : 'running', key.tenant, key.key, `${key.method} ${key.path}`, formatAge(key.ageSeconds), String(key.attempts), key.lease]),
       ])
-      if (page.next) print(`(more: narrow with --tenant/--route/--stale or raise --limit)`)
+      if (page.nextCursor) print(`more: add --cursor ${page.nextCursor}`)
     }))
 
-  program.command('expire')
-    .description('force-expire one processing key (refused while a live worker holds it)')
-    .argument('<tenant>', 'the key\'s tenant')
-    .argument('<key>', 'the idempotency key')
-    .option('--lease <lease>', 'act only if the key still has this lease (as listed); default: its current lease', lease)
-    .option('--json', 'machine-readable output')
-    .action((tenant: string, key: string, options: { lease?: string; json?: boolean }) => withDatabase(async (context, sql) => {
-      let seen = options.lease
-      if (seen === undefined) {
-        const [row] = await sql<{ lease: string }[]>`select lease from idempotency_keys where tenant = ${tenant} and key = ${key} and status = 'processing'`
-        if (!row) throw new RefusedError(`no key ${JSON.stringify(key)} of tenant ${JSON.stringify(tenant)} is in processing; nothing done`)
-        seen = row.lease
-      }
-      const result = await forceExpireAction(context, { tenant, key, lease: seen }, actor())
-      if (options.json) printJson({ outcome: result.outcome, lease: seen, audit_id: result.auditId })
-      else print({
-        expired: `expired: key deleted (lease ${seen}); the next retry runs afresh`,
-        worker_alive: `refused: a live worker holds this key and is still processing it; nothing done`,
-        unchanged: `nothing done: the key completed, was released or changed hands (lease ${seen} is no longer current)`,
-      }[result.outcome])
-      if (result.outcome !== 'expired') process.exitCode = EXIT.refused
-    }))
-
-  program.command('expire-stale')
-    .description('force-expire every stale processing key; keys held by live workers are skipped and reported')
-    .option('--tenant <tenant>', 'only this tenant')
-    .option('--yes', 'really do it (without it, only show how many would be expired)')
-    .option('--json', 'machine-readable output')
-    .action((options: { tenant?: string; yes?: boolean; json?: boolean }) => withDatabase(async (context) => {
-      if (!options.yes) {
-        const page = await listProcessing(context.sql, { ttlSeconds: context.ttlSeconds, tenant: options.tenant, staleOnly: true, limit: MAX_PAGE_SIZE })
-        print(`${page.keys.length}${page.next ? '+' : ''} stale key(s) would be expired; run again with --yes to do it`)
-        process.exitCode = EXIT.usage
-        return
-      }
-      const result = await expireStaleAction(context, { tenant: options.tenant }, actor())
-      if (options.json) return printJson(result)
-      print(`expired ${result.expired} stale key(s); ${result.workerAlive} skipped because a live worker holds them`)
-      for (const key of result.aliveKeys) print(`  worker alive: ${key.tenant} ${key.key}`)
-    }))
-
-  program.command('purge')
-    .description('delete completed keys past the server\'s retention now (the server also does this every minute)')
-    .option('--json', 'machine-readable output')
-    .action((options: { json?: boolean }) => withDatabase(async (context) => {
-      const result = await purgeAction(context, actor())
-      if (options.json) printJson({ purged: result.purged, audit_id: result.auditId })
-      else print(`purged ${result.purged} expired key(s)`)
-    }))
-
-  program.command('counts')
-    .description('count keys: processing, stale, completed, past retention')
-    .option('--json', 'machine-readable output')
-    .action((options: { json?: boolean }) => withDatabase(async (context) => {
-      const counts = await countKeys(context.sql, { ttlSeconds: context.ttlSeconds, retentionSeconds: context.retentionSeconds, withDone: true })
-      if (options.json) return printJson(counts)
+  keyFilterOptions(program.command('counts'))
+    .description('count keys under the same filters as list: processing, stale, oldest, completed, past retention')
+    .option('--json', 'print JSON, as GET /admin/api/counts answers')
+    .action((options: { tenant?: string; route?: string; key?: string; json?: boolean }) => withOperations(async (ops) => {
+      const counts = await ops.count(parseKeyFilters(options), { withDone: true })
+      if (options.json) return printJson(json.countsJson(counts, ops))
       table([
         ['processing', String(counts.processing)],
-        [`stale (> ${context.ttlSeconds}s)`, String(counts.stale)],
+        [`stale (> ${ops.ttlSeconds}s)`, String(counts.stale)],
         ['oldest processing', counts.oldestProcessingAgeSeconds === null ? '-' : formatAge(counts.oldestProcessingAgeSeconds)],
         ['completed', String(counts.done ?? 0)],
-        [`past retention (> ${context.retentionSeconds}s)`, String(counts.expired)],
+        [`past retention (> ${ops.retentionSeconds}s)`, String(counts.expired)],
       ])
     }))
 
+  program.command('show')
+    .description('one key in any state: lease, attempts, owner process, deadline, downstream key, payment')
+    .argument('<tenant>', 'the key\'s tenant')
+    .argument('<key>', 'the idempotency key')
+    .option('--json', 'print JSON, as GET /admin/api/keys/{tenant}/{key} answers')
+    .action((tenant: string, key: string, options: { json?: boolean }) => withOperations(async (ops) => {
+      const detail = await ops.show(tenant, key)
+      if (!detail) throw new RefusedError(`no key ${JSON.stringify(key)} of tenant ${JSON.stringify(tenant)}`)
+      if (options.json) return printJson(json.keyDetailJson(detail))
+      const time = (date: Date | null) => (date ? formatTime(date) : '-')
+      table([
+        ['tenant', detail.tenant],
+        ['key', detail.key],
+        ['status', detail.stale ? 'processing (stale)' : detail.status],
+        ['request', `${detail.method} ${detail.path}`],
+        ['attempts', String(detail.attempts)],
+        ['lease', detail.lease],
+        ['lease taken', `${time(detail.lockedAt)} (${formatAge(detail.ageSeconds)} ago)`],
+        ['deadline', time(detail.deadline)],
+        ['owner', ownerText(detail)],
+        ['completed', time(detail.completedAt)],
+        ['released', time(detail.releasedAt)],
+        ['replayed until', time(detail.retentionEndsAt)],
+        ['request id', detail.requestId],
+        ['downstream key', detail.downstreamKey],
+        ['payment', detail.payment ? `${detail.payment.id}: ${detail.payment.amount} ${detail.payment.currency} for ${detail.payment.customer}, charge ${detail.payment.providerReference}` : '-'],
+      ])
+      print()
+      print(previewText(detail))
+    }))
+
+  program.command('expire')
+    .description('force-expire one processing key (refused while a live worker holds it within its deadline)')
+    .argument('<tenant>', 'the key\'s tenant')
+    .argument('<key>', 'the idempotency key')
+    .option('--lease <lease>', 'act only if the key still has this lease (as listed); default: its current lease', lease)
+    .option('--actor <name>', 'who you are, for the audit trail (default: your OS user)')
+    .option('--json', 'print JSON, as POST /admin/api/keys/expire answers')
+    .action((tenant: string, key: string, options: { lease?: string; actor?: string; json?: boolean }) => {
+      const actor = resolveActor(options.actor, io)
+      return withOperations(async (ops) => {
+        let seen = options.lease
+        if (seen === undefined) {
+          const detail = await ops.show(tenant, key)
+          if (!detail || detail.status !== 'processing') throw new RefusedError(`no key ${JSON.stringify(key)} of tenant ${JSON.stringify(tenant)} is in processing; nothing done`)
+          seen = detail.lease
+        }
+        const result = await ops.forceExpire({ tenant, key, lease: seen }, actor)
+        if (options.json) printJson(json.forceExpireJson(result, seen))
+        else print({
+          expired: `expired: the key was released (lease ${seen}); the next retry runs the request again, with the same downstream key`,
+          worker_alive: 'refused: a live worker holds this key within its deadline and is still processing it; nothing done',
+          unchanged: `nothing done: the key completed, was released or changed hands (lease ${seen} is no longer current)`,
+        }[result.outcome])
+        if (result.outcome !== 'expired') state.exitCode = EXIT.refused
+      })
+    })
+
+  program.command('expire-stale')
+    .description('force-expire every stale processing key; keys whose completion is committing are skipped and listed')
+    .option('--tenant <tenant>', 'only this tenant')
+    .option('--yes', 'do it without asking (needed when not run in a terminal)')
+    .option('--actor <name>', 'who you are, for the audit trail (default: your OS user)')
+    .option('--json', 'print JSON, as POST /admin/api/keys/expire-stale answers')
+    .action((options: { tenant?: string; yes?: boolean; actor?: string; json?: boolean }) => {
+      const actor = resolveActor(options.actor, io)
+      return withOperations(async (ops) => {
+        const tenant = parseKeyFilters({ tenant: options.tenant }).tenant
+        const preview = await ops.previewExpireStale(tenant)
+        const keys = preview.keys.map((key) => `  ${key.tenant} ${key.key} (${formatAge(key.ageSeconds)}, attempts ${key.attempts})`)
+        await confirmed(options.yes, [
+          `${preview.stale} key(s) in processing${tenant ? ` of tenant ${tenant}` : ''} are older than the server's TTL (${preview.ttlSeconds}s) at ${formatTime(preview.asOf)}:`,
+          ...keys.map(printable),
+          ...(preview.stale > keys.length ? [`  and ${preview.stale - keys.length} more`] : []),
+          'Each is released: its client\'s next retry runs the request again, with the same downstream key.',
+        ].join('\n'))
+        const result = await ops.expireStale({ asOf: preview.asOf, tenant }, actor)
+        if (options.json) return printJson(json.expireStaleJson(result))
+        print(`expired ${result.expired} stale key(s); ${result.workerAlive} skipped because their completion was committing`)
+        for (const key of result.aliveKeys) print(printable(`  skipped: ${key.tenant} ${key.key}`))
+      })
+    })
+
+  program.command('purge')
+    .description('delete keys past the server\'s retention now (the server also does this every minute)')
+    .option('--yes', 'do it without asking (needed when not run in a terminal)')
+    .option('--actor <name>', 'who you are, for the audit trail (default: your OS user)')
+    .option('--json', 'print JSON, as POST /admin/api/purge answers')
+    .action((options: { yes?: boolean; actor?: string; json?: boolean }) => {
+      const actor = resolveActor(options.actor, io)
+      return withOperations(async (ops) => {
+        const preview = await ops.previewPurge()
+        await confirmed(options.yes, [
+          `${preview.done} completed and ${preview.released} released key(s) are past the server's retention (${preview.retentionSeconds}s) at ${formatTime(preview.asOf)}.`,
+          'They are deleted. None of them is replayed any more: a retry with one of them is already a new request.',
+        ].join('\n'))
+        const result = await ops.purge(actor)
+        if (options.json) printJson(json.purgeJson(result))
+        else print(`purged ${result.purged} expired key(s)`)
+      })
+    })
+
   program.command('audit')
-    .description('show the audit trail, newest first')
+    .description('the audit trail, newest first; with an id, that one entry')
+    .argument('[id]', 'one entry\'s id')
+    .option('--by <actor>', 'only actors starting with this, e.g. "cli:" or "admin:alice"')
+    .option('--action <action>', 'only this action: force_expire, expire_all_stale, purge_expired')
+    .option('--tenant <tenant>', 'only this tenant')
+    .option('--key <key>', 'only this key (exact)')
+    .option('--before <id>', 'the next (older) page: the id a previous audit printed')
     .option('--limit <n>', 'how many entries', positiveInt, 20)
-    .option('--json', 'machine-readable output')
-    .action((options: { limit: number; json?: boolean }) => withDatabase(async (context) => {
-      const entries = await listAudit(context.sql, { limit: options.limit })
-      if (options.json) return printJson(entries)
-      if (entries.length === 0) return print('no operator action recorded yet')
-      table([['WHEN (UTC)', 'WHO', 'ACTION', 'TENANT', 'KEY', 'OUTCOME'], ...entries.map((entry) => [
-        entry.at.toISOString().slice(0, 19).replace('T', ' '), entry.actor, entry.action, entry.tenant ?? '', entry.key ?? '', entry.outcome,
+    .option('--json', 'print JSON, as GET /admin/api/audit (or /admin/api/audit/{id}) answers')
+    .action((id: string | undefined, options: { by?: string; action?: string; tenant?: string; key?: string; before?: string; limit: number; json?: boolean }) => withOperations(async (ops) => {
+      if (id !== undefined) {
+        const entry = await ops.auditEntry(id)
+        if (!entry) throw new RefusedError(`no audit entry ${id}`)
+        if (options.json) return printJson(json.auditJson(entry))
+        table([['id', entry.id], ['when', formatTime(entry.at)], ['who', entry.actor], ['action', entry.action], ['tenant', entry.tenant ?? '-'], ['key', entry.key ?? '-'], ['outcome', entry.outcome]])
+        print(printable(JSON.stringify(entry.detail ?? {}, null, 2)))
+        return
+      }
+      const filters = parseAuditFilters({ actor: options.by, action: options.action, tenant: options.tenant, key: options.key, before: options.before })
+      const page = await ops.audit({ ...filters, limit: options.limit })
+      if (options.json) return printJson(json.auditPageJson(page))
+      if (page.entries.length === 0) return print('no operator action recorded')
+      table([['ID', 'WHEN (UTC)', 'WHO', 'ACTION', 'TENANT', 'KEY', 'OUTCOME'], ...page.entries.map((entry) => [
+        entry.id, formatTime(entry.at), entry.actor, entry.action, entry.tenant ?? '', entry.key ?? '', entry.outcome,
       ])])
+      if (page.nextBefore) print(`older: add --before ${page.nextBefore}`)
     }))
 
   return program
 }
 
-export async function runCli(argv: string[]): Promise<number> {
-  process.exitCode = 0
+/** Runs one command line; resolves to the exit code. */
+export async function runCli(argv: string[], io: CliIo = processIo): Promise<number> {
+  const state: RunState = { exitCode: EXIT.ok }
   try {
-    await buildProgram().parseAsync(argv, { from: 'user' })
-    return Number(process.exitCode ?? 0)
+    await buildProgram(io, state).parseAsync(argv, { from: 'user' })
+    return state.exitCode
   } catch (error) {
     if (error instanceof CommanderError)
-      return error.code === 'commander.helpDisplayed' || error.code === 'commander.version' ? EXIT.ok : EXIT.usage
-    if (error instanceof UsageError) {
-      process.stderr.write(`idem: ${error.message}\n`)
+      return error.code === 'commander.helpDisplayed' || error.code === 'commander.version' || error.code === 'commander.help' ? EXIT.ok : EXIT.usage
+    if (error instanceof UsageError || error instanceof OperationInputError) {
+      io.err(`idem: ${error.message}\n`)
       return EXIT.usage
     }
     if (error instanceof RefusedError) {
-      process.stderr.write(`idem: ${error.message}\n`)
+      io.err(`idem: ${error.message}\n`)
       return EXIT.refused
     }
-    process.stderr.write(`idem: failed: ${error instanceof Error ? error.message : String(error)}\n`)
+    io.err(`idem: failed: ${error instanceof Error ? error.message : String(error)}\n`)
     return EXIT.refused
   }
 }

@@ -3,14 +3,13 @@
  * A bad value stops the start with the variable's name: a silent default
  * would hide a typo until the first incident.
  */
+import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, MIN_TTL_SECONDS } from './core/policy'
 
 /** Listen address; loopback unless the operator opens it up. */
 export const DEFAULT_HOST = '127.0.0.1'
 export const DEFAULT_PORT = 3000
-/** 30 s: long enough for a payment provider's slowest honest answer, short enough that a dead worker's key frees up before a client gives up. */
-export const DEFAULT_TTL_SECONDS = 30
-/** One day: clients retry within minutes; a day covers overnight batch re-runs. */
-export const DEFAULT_RETENTION_SECONDS = 86_400
+/** The key lifecycle defaults live with the rest of the policy (core/policy.ts); re-exported for existing importers. */
+export { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS }
 /** 64 KiB: a payment is under 1 KiB; anything far larger is abuse. */
 export const DEFAULT_MAX_BODY_BYTES = 65_536
 export const MIN_MAX_BODY_BYTES = 1024
@@ -124,9 +123,23 @@ function randomToken(): string {
   return Buffer.from(bytes).toString('base64url')
 }
 
+/** Where the database is: the part of the configuration the operator CLI shares with the server. */
+export interface DatabaseConfig {
+  readonly databaseUrl: string | undefined
+  readonly databasePgbouncer: boolean
+}
+
+/** DATABASE_URL and DATABASE_PGBOUNCER, validated as the server validates them (loadConfig calls this). */
+export function loadDatabaseConfig(env: Env = process.env): DatabaseConfig {
+  const databaseUrl = env.DATABASE_URL?.trim() || undefined
+  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl))
+    throw new ConfigError('DATABASE_URL', 'must be a postgres:// or postgresql:// URL')
+  return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1 }
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const production = env.NODE_ENV === 'production'
-  const ttlSeconds = integer(env, 'IDEMPOTENCY_TTL_SECONDS', DEFAULT_TTL_SECONDS, 1)
+  const ttlSeconds = integer(env, 'IDEMPOTENCY_TTL_SECONDS', DEFAULT_TTL_SECONDS, MIN_TTL_SECONDS)
   const retentionSeconds = integer(env, 'IDEMPOTENCY_RETENTION_SECONDS', DEFAULT_RETENTION_SECONDS, 1)
   if (retentionSeconds < ttlSeconds)
     throw new ConfigError('IDEMPOTENCY_RETENTION_SECONDS', `must be at least IDEMPOTENCY_TTL_SECONDS (${ttlSeconds}), got ${retentionSeconds}`)
@@ -134,12 +147,10 @@ export function loadConfig(env: Env = process.env): Config {
   const adminToken = env.ADMIN_TOKEN
   if (adminToken !== undefined && adminToken !== '' && adminToken.length < 8)
     throw new ConfigError('ADMIN_TOKEN', 'must be at least 8 characters')
-  const databaseUrl = env.DATABASE_URL?.trim() || undefined
-  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl))
-    throw new ConfigError('DATABASE_URL', 'must be a postgres:// or postgresql:// URL')
+  const { databaseUrl, databasePgbouncer } = loadDatabaseConfig(env)
   return Object.freeze({
     databaseUrl,
-    databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1,
+    databasePgbouncer,
     host: env.HOST?.trim() || DEFAULT_HOST,
     port: integer(env, 'PORT', DEFAULT_PORT, 0, 65535) || badPort(env, 'PORT'),
     apiKeys: keys,

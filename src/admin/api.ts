@@ -1,127 +1,70 @@
 /**
  * /admin/api/...: the admin as JSON, for scripts. Authenticated by
  * `Authorization: Bearer <ADMIN_TOKEN>` only (never by the browser's cookie),
- * so a foreign page cannot make a browser call it: no CSRF exposure.
+ * so a foreign page cannot make a browser call it: no CSRF exposure. Each
+ * route validates its input (schemas.ts), calls one operation and prints its
+ * result with src/operations/json.ts, the same JSON the CLI prints.
  */
-import { listAudit } from '../core/audit'
-import { countKeys } from '../core/counts'
-import { listProcessing, MAX_PAGE_SIZE, type ProcessingKey } from '../core/list-processing'
-import { problemResponse, type Problem } from '../http/problem'
-import { expireStaleAction, forceExpireAction, purgeAction } from './actions'
-import type { PageContext } from './page'
-import { decodeCursor, encodeCursor, parseFilters, parseLimit, validLease } from './query'
-import { validName } from './session'
+import { Elysia } from 'elysia'
+import { problem, problemResponse } from '../http/problem'
+import type { Operations } from '../operations'
+import { parseAuditFilters } from '../operations/audit'
+import { parseKeyFilters } from '../operations/filters'
+import { auditJson, auditPageJson, countsJson, expireStaleJson, forceExpireJson, keyDetailJson, keyPageJson, purgeJson } from '../operations/json'
+import { ApiUnauthorizedError, NotFoundError } from './errors'
+import { ApiCountsQuery, ApiExpireBody, ApiExpireStaleBody, ApiKeysQuery, AuditEntryParams, AuditQuery, KeyParams, KeyQuery } from './schemas'
+import { validName, type SessionKeys } from './session'
 
-const MAX_JSON_BYTES = 8 * 1024
+export interface AdminDeps {
+  readonly ops: Operations
+  readonly keys: SessionKeys
+}
 
-const badRequest = (detail: string): Response => problemResponse({ code: 'bad-request', status: 400, title: 'Bad request', detail })
-
+/** Scripts may name themselves for the audit trail (X-Admin-Actor); the name is checked like a sign-in name. */
 function actorOf(request: Request): string {
-  // Scripts may name themselves for the audit trail; the name is checked like a sign-in name.
   const name = request.headers.get('x-admin-actor')?.trim()
   return name && validName(name) ? `api:${name}` : 'api'
 }
 
-async function readJson(request: Request): Promise<Record<string, unknown> | undefined> {
-  if (!/^application\/json\s*(;|$)/i.test(request.headers.get('content-type') ?? '')) return undefined
-  const text = await request.text()
-  if (text.length > MAX_JSON_BYTES) return undefined
-  try {
-    const value: unknown = text.trim() === '' ? {} : JSON.parse(text)
-    return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined
-  } catch {
-    return undefined
+const limitOf = (raw: string | undefined): number | undefined => (raw === undefined ? undefined : Number(raw))
+
+export function adminApi({ ops, keys }: AdminDeps) {
+  const detail = async (tenant: string, key: string) => {
+    const found = await ops.show(tenant, key)
+    if (!found) throw new NotFoundError('No key with this tenant and key.')
+    return keyDetailJson(found)
   }
-}
-
-function keyJson(key: ProcessingKey) {
-  return {
-    tenant: key.tenant,
-    key: key.key,
-    method: key.method,
-    path: key.path,
-    lease: key.lease,
-    attempts: key.attempts,
-    created_at: key.createdAt.toISOString(),
-    locked_at: key.lockedAt.toISOString(),
-    age_seconds: Math.floor(key.ageSeconds),
-    stale: key.stale,
-  }
-}
-
-const EXPIRE_PROBLEMS: Record<string, Problem> = {
-  worker_alive: { code: 'worker-alive', status: 409, title: 'Worker alive', detail: 'A live worker holds this key and is still processing it; nothing was done.' },
-  unchanged: { code: 'key-changed', status: 409, title: 'Key changed', detail: 'The key is no longer in processing under this lease (completed, released or taken over); nothing was done.' },
-}
-
-export async function handleApi(context: PageContext, request: Request, url: URL, path: string): Promise<Response> {
-  if (!context.keys.hasBearer(request))
-    return problemResponse({ code: 'unauthorized', status: 401, title: 'Admin token required', detail: 'Send Authorization: Bearer <ADMIN_TOKEN>.' }, { 'www-authenticate': 'Bearer realm="admin"', 'cache-control': 'no-store' })
-  const method = request.method.toUpperCase()
-  const now = context.now?.()
-
-  if (method === 'GET' && path === '/admin/api/keys') {
-    const filters = parseFilters(url.searchParams)
-    if (!filters.ok) return badRequest(filters.error)
-    const limit = parseLimit(url.searchParams.get('limit'), 50, MAX_PAGE_SIZE)
-    if (limit === undefined) return badRequest(`limit must be a whole number from 1 to ${MAX_PAGE_SIZE}`)
-    const rawCursor = url.searchParams.get('cursor')
-    const after = rawCursor ? decodeCursor(rawCursor) : undefined
-    if (rawCursor && !after) return badRequest('cursor is not one this API gave out')
-    const page = await listProcessing(context.sql, { ttlSeconds: context.ttlSeconds, tenant: filters.value.tenant, method: filters.value.method, path: filters.value.path, staleOnly: filters.value.staleOnly, after, limit, now })
-    return Response.json({ data: page.keys.map(keyJson), next_cursor: page.next ? encodeCursor(page.next) : null })
-  }
-  if (method === 'GET' && path === '/admin/api/counts') {
-    const counts = await countKeys(context.sql, { ttlSeconds: context.ttlSeconds, retentionSeconds: context.retentionSeconds, now, withDone: true })
-    return Response.json({
-      processing: counts.processing,
-      stale: counts.stale,
-      oldest_processing_age_seconds: counts.oldestProcessingAgeSeconds,
-      done: counts.done,
-      expired: counts.expired,
-      ttl_seconds: context.ttlSeconds,
-      retention_seconds: context.retentionSeconds,
+  return new Elysia({ prefix: '/admin/api' })
+    // Before validation and the handler: without the token nothing else is looked at.
+    .derive(({ request }) => {
+      if (!keys.hasBearer(request)) throw new ApiUnauthorizedError()
+      return { actor: actorOf(request) }
     })
-  }
-  if (method === 'GET' && path === '/admin/api/audit') {
-    const before = url.searchParams.get('before')
-    if (before !== null && !/^\d{1,18}$/.test(before)) return badRequest('before must be an audit id')
-    const limit = parseLimit(url.searchParams.get('limit'), 50, 500)
-    if (limit === undefined) return badRequest('limit must be a whole number from 1 to 500')
-    const entries = await listAudit(context.sql, { before: before ?? undefined, limit })
-    return Response.json({
-      data: entries.map((entry) => ({ ...entry, at: entry.at.toISOString() })),
-      next_before: entries.length === limit ? entries.at(-1)!.id : null,
-    })
-  }
-  if (method === 'POST' && path === '/admin/api/keys/expire') {
-    const body = await readJson(request)
-    const { tenant, key, lease } = body ?? {}
-    if (typeof tenant !== 'string' || typeof key !== 'string' || !tenant || !key || tenant.length > 64 || key.length > 255 || !validLease(typeof lease === 'number' ? String(lease) : (lease as string)))
-      return badRequest('send JSON {"tenant": ..., "key": ..., "lease": "<the lease you saw>"}')
-    const result = await forceExpireAction(context, { tenant, key, lease: String(lease) }, actorOf(request))
-    const problem = EXPIRE_PROBLEMS[result.outcome]
-    if (problem) return problemResponse({ ...problem, outcome: result.outcome, audit_id: result.auditId })
-    return Response.json({ outcome: result.outcome, audit_id: result.auditId })
-  }
-  if (method === 'POST' && path === '/admin/api/keys/expire-stale') {
-    const body = await readJson(request)
-    if (!body) return badRequest('send a JSON object: {"as_of"?: ISO time, "tenant"?: string}')
-    const asOf = body.as_of === undefined ? undefined : new Date(String(body.as_of))
-    if (asOf && Number.isNaN(asOf.getTime())) return badRequest('as_of must be an ISO 8601 time')
-    const tenant = typeof body.tenant === 'string' && body.tenant ? body.tenant : undefined
-    const result = await expireStaleAction(context, { asOf, tenant }, actorOf(request))
-    return Response.json({
-      expired: result.expired,
-      worker_alive: result.workerAlive,
-      expired_keys: result.expiredKeys,
-      worker_alive_keys: result.aliveKeys,
-      audit_id: result.auditId,
-    })
-  }
-  if (method === 'POST' && path === '/admin/api/purge') {
-    const result = await purgeAction(context, actorOf(request))
-    return Response.json({ purged: result.purged, audit_id: result.auditId })
-  }
-  return problemResponse({ code: 'not-found', status: 404, title: 'Not found', detail: 'No such admin API endpoint.' })
+    .get('/keys', async ({ query }) =>
+      keyPageJson(await ops.list(parseKeyFilters(query), { cursor: query.cursor || undefined, limit: limitOf(query.limit) })), { query: ApiKeysQuery })
+    .get('/counts', async ({ query }) =>
+      countsJson(await ops.count(parseKeyFilters(query), { withDone: true }), ops), { query: ApiCountsQuery })
+    .get('/keys/:tenant/:key', ({ params }) => detail(params.tenant, params.key), { params: KeyParams })
+    // Keys a path segment cannot carry ("." and "..") are asked for by query.
+    .get('/key', ({ query }) => detail(query.tenant, query.key), { query: KeyQuery })
+    .get('/audit', async ({ query }) =>
+      auditPageJson(await ops.audit({ ...parseAuditFilters(query), limit: limitOf(query.limit) })), { query: AuditQuery })
+    .get('/audit/:id', async ({ params }) => {
+      const entry = await ops.auditEntry(params.id)
+      if (!entry) throw new NotFoundError('No audit entry with this id.')
+      return auditJson(entry)
+    }, { params: AuditEntryParams })
+    .post('/keys/expire', async ({ body, actor }) => {
+      const lease = String(body.lease)
+      const result = await ops.forceExpire({ tenant: body.tenant, key: body.key, lease }, actor)
+      const json = forceExpireJson(result, lease)
+      if (result.outcome === 'worker_alive') return problemResponse(problem('worker-alive', undefined, json))
+      if (result.outcome === 'unchanged') return problemResponse(problem('key-changed', undefined, json))
+      return json
+    }, { body: ApiExpireBody })
+    .post('/keys/expire-stale', async ({ body, actor }) => {
+      const asOf = body.as_of === undefined ? undefined : new Date(body.as_of)
+      return expireStaleJson(await ops.expireStale({ asOf, tenant: body.tenant?.trim() || undefined }, actor))
+    }, { body: ApiExpireStaleBody })
+    .post('/purge', async ({ actor }) => purgeJson(await ops.purge(actor)))
 }

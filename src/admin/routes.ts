@@ -1,70 +1,148 @@
+/**
+ * The operators' admin, routed with Elysia: `/admin` (HTML, signed-in
+ * session, CSRF-checked forms; pages.ts) and `/admin/api/...` (JSON, Bearer
+ * ADMIN_TOKEN; api.ts), both thin callers of src/operations.
+ *
+ * They live in an app of their own, which the service's app hands every
+ * /admin request to: its parser, its error answers and @elysiajs/html's hooks
+ * never touch the payments API, and the service's never touch the admin.
+ * Every path under /admin is answered here, so no admin URL can answer
+ * without passing the checks first.
+ */
 import { html } from '@elysiajs/html'
 import { Elysia } from 'elysia'
 import { isUnavailable } from '../core/errors'
-import { problemResponse, problems } from '../http/problem'
+import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
+import { problem, problemResponse, PROBLEMS } from '../http/problem'
 import type { Metrics } from '../metrics/registry'
+import { operations, OperationInputError } from '../operations'
 import type { Pools } from '../store/db'
-import { handleApi } from './api'
-import { handlePage, htmlResponse, RenderedPage, type AdminAnswer, type PageContext } from './page'
-import { MessagePage } from './pages'
-import { SessionKeys } from './session'
+import { adminApi } from './api'
+import { BadBodyError, BodyTooLargeError, MAX_ADMIN_BODY_BYTES, parseAdminBody, UnsupportedBodyError } from './body'
+import { ApiUnauthorizedError, CrossSiteError, NotFoundError, SignedOutError } from './errors'
+import { adminPages, redirect, SECURITY_HEADERS } from './pages'
+import { readCookie, SESSION_COOKIE, SessionKeys } from './session'
+import { MessagePage } from './views/messages'
 
 export interface AdminOptions {
   readonly pools: Pools
   /** ADMIN_TOKEN: the Bearer token of the JSON API and the password of the sign-in form. */
   readonly adminToken: string
-  /** Age after which a processing key counts as stale. @default 30 */
+  /** The server's TTL: past it a processing key is stale. @default DEFAULT_TTL_SECONDS */
   readonly ttlSeconds?: number
-  /** How long completed keys are kept (the purge deletes them after). @default 86400 */
+  /** The server's retention: past it a completed key is purged. @default DEFAULT_RETENTION_SECONDS */
   readonly retentionSeconds?: number
   readonly metrics?: Metrics
   /** Tests move the clock with this. @default the database's now() */
   readonly now?: () => Date | undefined
 }
 
-/**
- * The operators' admin: `/admin` (HTML, signed-in session, CSRF-checked forms)
- * and `/admin/api/...` (JSON, Bearer ADMIN_TOKEN). Every path under /admin is
- * handled here, so no admin URL can answer without passing the checks first.
- */
-export function adminRoutes(options: AdminOptions) {
-  const context: PageContext = {
+/** The admin as an app of its own; `adminRoutes` mounts it. Tests may call `.handle()` on it directly. */
+export function adminApp(options: AdminOptions) {
+  const ops = operations({
     sql: options.pools.short,
-    metrics: options.metrics,
-    ttlSeconds: options.ttlSeconds ?? 30,
-    retentionSeconds: options.retentionSeconds ?? 86_400,
+    ttlSeconds: options.ttlSeconds ?? DEFAULT_TTL_SECONDS,
+    retentionSeconds: options.retentionSeconds ?? DEFAULT_RETENTION_SECONDS,
     now: options.now,
-    keys: new SessionKeys(options.adminToken),
-  }
+    purgedKeys: options.metrics?.purgedKeys,
+  })
+  const keys = new SessionKeys(options.adminToken)
+  const deps = { ops, keys }
 
-  async function admin(request: Request): Promise<AdminAnswer> {
-    const url = new URL(request.url)
-    const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname
-    const isApi = path === '/admin/api' || path.startsWith('/admin/api/')
-    try {
-      return isApi ? await handleApi(context, request, url, path) : await handlePage(context, request, url, path)
-    } catch (error) {
-      const unavailable = isUnavailable(error)
-      if (!unavailable) console.error('admin:', error instanceof Error ? error.message : error)
-      if (isApi) return unavailable ? problemResponse(problems.unavailable(), { 'retry-after': '2' }) : problemResponse(problems.internal())
-      const message = unavailable ? 'The database is unavailable; try again in a few seconds.' : 'Something failed; see the server log. Nothing is known to have been done.'
-      return htmlResponse(await MessagePage({ title: unavailable ? 'Database unavailable' : 'Error', message }), unavailable ? 503 : 500)
-    }
-  }
+  return new Elysia({ name: 'admin-app' })
+    .use(html({ autoDetect: false }))
+    // Every body, form or JSON, through one byte-bounded reader (body.ts), before any guard or handler.
+    .onParse(({ request, contentType }) => parseAdminBody(request, contentType))
+    .onError(({ code, error, request, path }) => {
+      const cause = code === 'PARSE' && error instanceof Error && error.cause !== undefined ? error.cause : error
+      const isApi = path === '/admin/api' || path.startsWith('/admin/api/')
+      const refusal = classify(code, cause)
+      if (isApi) {
+        if (refusal === 'unauthorized' || !keys.hasBearer(request))
+          return problemResponse(problem('unauthorized', 'Send Authorization: Bearer <ADMIN_TOKEN>.'), { 'www-authenticate': 'Bearer realm="admin"', 'cache-control': 'no-store' })
+        return apiAnswer(refusal, cause)
+      }
+      const session = keys.verify(readCookie(request, SESSION_COOKIE))
+      // No page, not even a 404 or a bad-filter message, for someone without a session.
+      if (refusal === 'signed-out' || (!session && refusal !== 'too-large' && refusal !== 'bad-body' && refusal !== 'unsupported')) {
+        if (request.method === 'GET' || request.method === 'HEAD') {
+          const url = new URL(request.url)
+          return redirect(`/admin/login?${new URLSearchParams({ next: `${url.pathname}${url.search}` })}`)
+        }
+        return pageAnswer(401, 'Signed out', 'Your session has ended. Sign in again.')
+      }
+      const operator = session ? { name: session.name, csrf: session.csrf } : undefined
+      const [status, title, message] = PAGE_ANSWERS[refusal === 'unauthorized' ? 'internal' : refusal](cause)
+      return pageAnswer(status, title, message, operator)
+    })
+    .use(adminApi(deps))
+    .use(adminPages(deps))
+}
 
-  // @elysiajs/html registers its hooks globally; kept inside this sub-app, they
-  // never run on the payments API's requests.
-  const pages = new Elysia({ name: 'admin-pages' }).use(html({ autoDetect: false }))
-  const respond = async ({ request, html: render, set }: { request: Request; html: (value: string) => unknown; set: { status?: number | string; headers: Record<string, string | number> } }) => {
-    const answer = await admin(request)
-    if (!(answer instanceof RenderedPage)) return answer
-    set.status = answer.status
-    Object.assign(set.headers, answer.headers)
-    return render(answer.html)
-  }
-  pages.all('/admin', respond, { parse: 'none' }).all('/admin/*', respond, { parse: 'none' })
+type Refusal = 'unauthorized' | 'signed-out' | 'cross-site' | 'not-found' | 'invalid' | 'bad-body' | 'too-large' | 'unsupported' | 'unavailable' | 'internal'
 
+function classify(code: unknown, error: unknown): Refusal {
+  if (error instanceof ApiUnauthorizedError) return 'unauthorized'
+  if (error instanceof SignedOutError) return 'signed-out'
+  if (error instanceof CrossSiteError) return 'cross-site'
+  if (error instanceof NotFoundError || code === 'NOT_FOUND') return 'not-found'
+  if (error instanceof BodyTooLargeError) return 'too-large'
+  if (error instanceof UnsupportedBodyError) return 'unsupported'
+  if (error instanceof BadBodyError || code === 'PARSE') return 'bad-body'
+  if (error instanceof OperationInputError || code === 'VALIDATION') return 'invalid'
+  if (isUnavailable(error)) return 'unavailable'
+  console.error('admin:', error instanceof Error ? error.message : error)
+  return 'internal'
+}
+
+/** The field a TypeBox validation failure names, for a message an operator can act on. */
+function invalidField(error: unknown): string {
+  if (error instanceof OperationInputError) return error.message
+  const property = (error as { valueError?: { path?: string } }).valueError?.path?.replace(/^\//, '')
+  return property ? `${property} is malformed` : 'a field of this request is malformed'
+}
+
+function apiAnswer(refusal: Refusal, error: unknown): Response {
+  switch (refusal) {
+    case 'not-found': return problemResponse(problem('not-found', error instanceof NotFoundError ? error.message : 'No such admin API endpoint.'))
+    case 'invalid': return problemResponse(problem('invalid-query', `${invalidField(error)}.`))
+    case 'bad-body': return problemResponse(problem('invalid-json', error instanceof Error ? `${error.message}.` : undefined))
+    // Connection: close: the rest of the body is never read, so this connection cannot carry another request.
+    case 'too-large': return problemResponse(problem('body-too-large', `The body must be at most ${MAX_ADMIN_BODY_BYTES} bytes.`), { connection: 'close' })
+    case 'unsupported': return problemResponse(problem('unsupported-media-type', 'Send Content-Type: application/json.'))
+    case 'unavailable': return problemResponse(problem('database-unavailable'))
+    default: return problemResponse(problem('internal'))
+  }
+}
+
+const PAGE_ANSWERS: Record<Exclude<Refusal, 'unauthorized' | 'signed-out'>, (error: unknown) => [status: number, title: string, message: string]> = {
+  'cross-site': (error) => [403, 'Refused', (error as Error).message],
+  'not-found': (error) => [404, 'Not found', error instanceof NotFoundError ? error.message : 'No such admin page.'],
+  'invalid': (error) => [400, 'Bad request', `${invalidField(error)}.`],
+  'bad-body': () => [400, 'Bad request', 'The form could not be read.'],
+  'too-large': () => [413, 'Too large', `A form is at most ${MAX_ADMIN_BODY_BYTES} bytes.`],
+  'unsupported': () => [415, 'Unsupported', 'Send the form as application/x-www-form-urlencoded.'],
+  'unavailable': () => [503, 'Database unavailable', 'The database is unavailable; try again in a few seconds.'],
+  'internal': () => [500, 'Error', 'Something failed; see the server log. Nothing is known to have been done.'],
+}
+
+async function pageAnswer(status: number, title: string, message: string, operator?: { name: string; csrf: string }): Promise<Response> {
+  return new Response(await MessagePage({ title, message, operator }), {
+    status,
+    headers: {
+      'content-type': 'text/html; charset=utf-8',
+      ...SECURITY_HEADERS,
+      ...(status === 503 ? { 'retry-after': String(PROBLEMS['database-unavailable'].retryAfterSeconds) } : {}),
+      ...(status === 413 ? { connection: 'close' } : {}),
+    },
+  })
+}
+
+/** Mounts the admin on the service's app: every /admin path goes to adminApp, its body unread. */
+export function adminRoutes(options: AdminOptions) {
+  const app = adminApp(options)
+  const forward = ({ request }: { request: Request }) => app.handle(request)
   return new Elysia({ name: 'admin' })
-    .all('/admin', ({ request }) => pages.handle(request), { parse: 'none' })
-    .all('/admin/*', ({ request }) => pages.handle(request), { parse: 'none' })
+    .all('/admin', forward, { parse: 'none' })
+    .all('/admin/*', forward, { parse: 'none' })
 }

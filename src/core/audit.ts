@@ -1,10 +1,20 @@
+import type { Fragment } from './policy'
 import type { Sql } from './types'
 
-/** What operators did; the audit trail is append-only. */
+/**
+ * The audit trail's one way in. Every operator action writes its entries
+ * through `insertAudit` (inside the statement that acts, where the action and
+ * its record must commit together: force-expire.ts, expire-stale.ts) or
+ * `recordAudit` (one entry after the fact: the manual purge). The trail is
+ * append-only; src/operations/audit.ts reads it, and the forced-expirations
+ * metric is counted from it (metrics/read-forced-expirations.ts).
+ */
 export type AuditAction = 'force_expire' | 'expire_all_stale' | 'purge_expired'
 
+export const AUDIT_ACTIONS: readonly AuditAction[] = ['force_expire', 'expire_all_stale', 'purge_expired']
+
 export interface AuditEntry {
-  /** "admin:<session>", "api", "cli:<os user>": who asked. */
+  /** "admin:<name>", "api[:<name>]", "cli:<os user or --actor>": who asked. */
   readonly actor: string
   readonly action: AuditAction
   readonly tenant?: string | null | undefined
@@ -13,48 +23,28 @@ export interface AuditEntry {
   readonly detail?: Record<string, unknown> | undefined
 }
 
-export interface AuditRecord {
-  readonly id: string
-  readonly at: Date
-  readonly actor: string
-  readonly action: string
-  readonly tenant: string | null
-  readonly key: string | null
-  readonly outcome: string
-  readonly detail: Record<string, unknown> | null
+/** Longest actor the table accepts (its CHECK); longer names are cut here, never refused. */
+export const MAX_ACTOR_LENGTH = 128
+
+/** The actor as stored: the one place it is cut to the column's length. */
+export function auditActor(actor: string): string {
+  return actor.slice(0, MAX_ACTOR_LENGTH)
 }
 
-/** Longest actor the table accepts (its CHECK); longer names are cut, never refused. */
-const MAX_ACTOR_LENGTH = 128
+/**
+ * The INSERT of audit rows from `rows`: a SELECT or VALUES yielding, in order,
+ * (actor, action, tenant, key, outcome, detail). Pass the actor through
+ * auditActor. A plain INSERT: takes no lock anyone else waits on.
+ */
+export function insertAudit(sql: Sql, rows: Fragment): Fragment {
+  return sql`insert into idempotency_audit (actor, action, tenant, key, outcome, detail) ${rows}` as Fragment
+}
 
-/** Appends one entry. A plain INSERT: takes no lock anyone else waits on. */
+/** Appends one entry; returns its id. */
 export async function recordAudit(sql: Sql, entry: AuditEntry): Promise<string> {
   const [row] = await sql<{ id: string }[]>`
-    insert into idempotency_audit (actor, action, tenant, key, outcome, detail)
-    values (${entry.actor.slice(0, MAX_ACTOR_LENGTH)}, ${entry.action}, ${entry.tenant ?? null}, ${entry.key ?? null},
-            ${entry.outcome}, ${entry.detail ? sql.json(entry.detail as never) : null})
+    ${insertAudit(sql, sql`values (${auditActor(entry.actor)}, ${entry.action}, ${entry.tenant ?? null}, ${entry.key ?? null},
+                                   ${entry.outcome}, ${entry.detail ? sql.json(entry.detail as never) : null})`)}
     returning id`
   return row!.id
-}
-
-export interface ListAuditOptions {
-  /** Entries older than this id (keyset: the id only grows). */
-  readonly before?: string | undefined
-  /** Only this one entry (the result of an action just taken). */
-  readonly id?: string | undefined
-  /** @default 20 */
-  readonly limit?: number | undefined
-}
-
-/** Newest first, by keyset on the identity column (its primary key index). Reads only. */
-export async function listAudit(sql: Sql, options: ListAuditOptions = {}): Promise<AuditRecord[]> {
-  const limit = Math.min(Math.max(1, options.limit ?? 20), 500)
-  return sql<AuditRecord[]>`
-    select id, at, actor, action, tenant, key, outcome, detail
-      from idempotency_audit
-     where true
-       ${options.before ? sql`and id < ${options.before}` : sql``}
-       ${options.id ? sql`and id = ${options.id}` : sql``}
-     order by id desc
-     limit ${limit}`
 }

@@ -1,4 +1,5 @@
 import type { Claimant, ClaimResult, Lease, RequestIdentity, Sql, StoredResponse } from './types'
+import { isExpiredAge, isStaleAge } from './policy'
 import { reclaim, renewExpired, retakeReleased } from './reclaim'
 
 interface ClaimRow {
@@ -78,7 +79,7 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): 
     if (row.fresh) return { kind: 'created', lease: seen }
 
     if (row.status === 'done') {
-      if (row.completed_age_seconds !== null && row.completed_age_seconds >= claimant.retentionSeconds) {
+      if (row.completed_age_seconds !== null && isExpiredAge(row.completed_age_seconds, claimant.retentionSeconds)) {
         // Past retention the old answer is forgotten: the request counts as new.
         const renewed = await renewExpired(sql, id, row.lease, claimant)
         if (renewed === 'busy') return inProgress(0, 0)
@@ -92,7 +93,7 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): 
     if (row.status === 'released') {
       // Its last execution failed or was stopped; this request runs (again):
       // as the same request (same downstream key) if it is one, within retention.
-      const sameRequest = row.fingerprint === id.fingerprint && (row.completed_age_seconds ?? 0) < claimant.retentionSeconds
+      const sameRequest = row.fingerprint === id.fingerprint && !isExpiredAge(row.completed_age_seconds ?? 0, claimant.retentionSeconds)
       const retaken = await retakeReleased(sql, id, seen, sameRequest, claimant)
       if (retaken === 'busy') return inProgress(0, 0)
       if (retaken) return { kind: 'created', lease: retaken }
@@ -100,8 +101,7 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): 
     }
 
     if (row.fingerprint !== id.fingerprint) return { kind: 'mismatch', status: 'processing' }
-    const ttlLeft = claimant.ttlSeconds - row.age_seconds
-    if (ttlLeft > 0) return inProgress(ttlLeft, row.age_seconds)
+    if (!isStaleAge(row.age_seconds, claimant.ttlSeconds)) return inProgress(claimant.ttlSeconds - row.age_seconds, row.age_seconds)
     const reclaimed = await reclaim(sql, seen, claimant)
     if (reclaimed === 'busy') return inProgress(0, 0) // its completion is committing right now
     if (reclaimed) return { kind: 'reclaimed', lease: reclaimed }

@@ -1,21 +1,8 @@
 /**
- * The deadline of one execution of a request: a little before its key's TTL
- * ends, so that the completing transaction still fits before the key may be
- * reclaimed. The margin is a tenth of the TTL, between 200 ms and 2 s: with
- * the default 30 s TTL the handler is stopped at 28 s; with a 1 s TTL (the
- * least allowed) at 800 ms.
+ * The deadline of one execution of a request. Its budget (the TTL less a
+ * margin) is a policy rule: see policy.ts, re-exported here for the plugin.
  */
-const MIN_MARGIN_MS = 200
-const MAX_MARGIN_MS = 2_000
-
-export function deadlineMarginMs(ttlSeconds: number): number {
-  return Math.min(MAX_MARGIN_MS, Math.max(MIN_MARGIN_MS, ttlSeconds * 100))
-}
-
-/** Milliseconds a freshly claimed request may run, counted from its claim. */
-export function executionBudgetMs(ttlSeconds: number): number {
-  return Math.max(0, ttlSeconds * 1000 - deadlineMarginMs(ttlSeconds))
-}
+export { deadlineMarginMs, executionBudgetMs } from './policy'
 
 /** Thrown as the abort reason when a request runs into its deadline. */
 export class DeadlineExceededError extends Error {

@@ -1,3 +1,5 @@
+import { auditActor, insertAudit } from './audit'
+import { instant, stale, type Fragment } from './policy'
 import type { Sql } from './types'
 
 /**
@@ -44,51 +46,50 @@ export interface ExpireStaleResult {
  */
 export async function expireStale(sql: Sql, options: ExpireStaleOptions, actor: string): Promise<ExpireStaleResult> {
   const asOf = options.asOf ?? null
-  const who = actor.slice(0, 128)
+  const who = auditActor(actor)
+  // Never in the future: an "as of" ahead of the clock would expire keys not stale yet.
+  const at = (): Fragment => sql`least(${instant(sql, asOf)}, now())` as Fragment
+  const ofTenant = (): Fragment => (options.tenant ? sql`and k.tenant = ${options.tenant}` : sql``) as Fragment
   const expiredKeys: { tenant: string; key: string }[] = []
   let expired = 0
   for (;;) {
     const rows = await sql<{ tenant: string; key: string }[]>`
-      with params as (select least(coalesce(${asOf}::timestamptz, now()), now()) - make_interval(secs => ${options.ttlSeconds}) as cutoff),
-      target as (
-        select k.tenant, k.key, k.lease from idempotency_keys k, params p
-         where k.status = 'processing' and k.locked_at <= p.cutoff
-           ${options.tenant ? sql`and k.tenant = ${options.tenant}` : sql``}
+      with target as (
+        select k.tenant, k.key from idempotency_keys k
+         where ${stale(sql, at(), options.ttlSeconds)} ${ofTenant()}
          order by k.locked_at
          limit ${EXPIRE_BATCH_SIZE}
            for update of k skip locked
       ),
-      deleted as (
+      released as (
         update idempotency_keys k set status = 'released', owner = null, released_at = now()
           from target t
          where k.tenant = t.tenant and k.key = t.key
         returning k.tenant, k.key, k.lease, k.attempts, k.locked_at
       ),
       audited as (
-        insert into idempotency_audit (actor, action, tenant, key, outcome, detail)
-        select ${who}, 'force_expire', d.tenant, d.key, 'expired',
-               jsonb_build_object('lease', d.lease::text, 'attempts', d.attempts, 'locked_at', d.locked_at, 'batch', true)
-          from deleted d
+        ${insertAudit(sql, sql`
+        select ${who}, 'force_expire', r.tenant, r.key, 'expired',
+               jsonb_build_object('lease', r.lease::text, 'attempts', r.attempts, 'locked_at', r.locked_at, 'batch', true)
+          from released r`)}
       )
-      select tenant, key from deleted`
+      select tenant, key from released`
     expired += rows.length
     for (const row of rows) if (expiredKeys.length < MAX_LISTED) expiredKeys.push({ tenant: row.tenant, key: row.key })
     if (rows.length < EXPIRE_BATCH_SIZE) break
   }
   // What is left stale is held by live workers (SKIP LOCKED passed over them).
   const alive = await sql<{ tenant: string; key: string; total: number }[]>`
-    with params as (select least(coalesce(${asOf}::timestamptz, now()), now()) - make_interval(secs => ${options.ttlSeconds}) as cutoff)
-    select k.tenant, k.key, count(*) over ()::int as total from idempotency_keys k, params p
-     where k.status = 'processing' and k.locked_at <= p.cutoff
-       ${options.tenant ? sql`and k.tenant = ${options.tenant}` : sql``}
+    select k.tenant, k.key, count(*) over ()::int as total from idempotency_keys k
+     where ${stale(sql, at(), options.ttlSeconds)} ${ofTenant()}
      order by k.locked_at
      limit ${MAX_LISTED}`
   const workerAlive = alive[0]?.total ?? 0
   const aliveKeys = alive.map(({ tenant, key }) => ({ tenant, key }))
+  const outcome = expired > 0 ? 'expired' : workerAlive > 0 ? 'worker_alive' : 'none_stale'
+  const detail = { expired, worker_alive: workerAlive, as_of: asOf?.toISOString() ?? null, ttl_seconds: options.ttlSeconds, alive_keys: aliveKeys.slice(0, 10) }
   const [summary] = await sql<{ id: string }[]>`
-    insert into idempotency_audit (actor, action, tenant, key, outcome, detail)
-    values (${who}, 'expire_all_stale', ${options.tenant ?? null}, null, ${expired > 0 ? 'expired' : workerAlive > 0 ? 'worker_alive' : 'none_stale'},
-            ${sql.json({ expired, worker_alive: workerAlive, as_of: asOf?.toISOString() ?? null, ttl_seconds: options.ttlSeconds, alive_keys: aliveKeys.slice(0, 10) })})
+    ${insertAudit(sql, sql`values (${who}, 'expire_all_stale', ${options.tenant ?? null}, null, ${outcome}, ${sql.json(detail)})`)}
     returning id`
   return { expired, workerAlive, expiredKeys, aliveKeys, auditId: summary!.id }
 }

@@ -1,5 +1,6 @@
+import { auditActor, insertAudit } from './audit'
 import { SQLSTATE, sqlState } from './errors'
-import { ownerAliveCondition } from './processes'
+import { forceExpirable } from './policy'
 import type { Clock, Sql } from './types'
 
 /**
@@ -53,14 +54,13 @@ export interface ForceExpireOptions extends Clock {
 export async function forceExpire(sql: Sql, target: ExpireTarget, actor: string, options: ForceExpireOptions): Promise<ForceExpireResult> {
   const detail = { lease: target.lease }
   const now = options.now ?? null
+  const who = auditActor(actor)
   try {
     const [row] = await sql<{ id: string; outcome: ForceExpireOutcome }[]>`
       with params as (select coalesce(${now}::timestamptz, now()) as now),
       seen as (
-        select k.tenant, k.key,
-               k.locked_at <= p.now - make_interval(secs => ${options.ttlSeconds}) as past_deadline,
-               ${ownerAliveCondition(sql, now)} as owner_alive
-          from idempotency_keys k, params p
+        select k.tenant, k.key, ${forceExpirable(sql, now, options.ttlSeconds)} as expirable
+          from idempotency_keys k
          where k.tenant = ${target.tenant} and k.key = ${target.key}
            and k.lease = ${target.lease} and k.status = 'processing'
            for update of k nowait
@@ -68,21 +68,20 @@ export async function forceExpire(sql: Sql, target: ExpireTarget, actor: string,
       released as (
         update idempotency_keys k set status = 'released', owner = null, released_at = p.now
           from seen s, params p
-         where k.tenant = s.tenant and k.key = s.key and (s.past_deadline or not s.owner_alive)
+         where k.tenant = s.tenant and k.key = s.key and s.expirable
         returning k.attempts, k.locked_at, k.request_id
       )
-      insert into idempotency_audit (actor, action, tenant, key, outcome, detail)
-      select ${actor.slice(0, 128)}, 'force_expire', ${target.tenant}, ${target.key},
+      ${insertAudit(sql, sql`
+      select ${who}, 'force_expire', ${target.tenant}, ${target.key},
              case when r.attempts is not null then 'expired' when s.key is not null then 'worker_alive' else 'unchanged' end,
              ${sql.json(detail)}::jsonb || coalesce(jsonb_build_object('attempts', r.attempts, 'locked_at', r.locked_at), '{}')
-        from (select 1) one left join seen s on true left join released r on true
+        from (select 1) one left join seen s on true left join released r on true`)}
       returning id, outcome`
     return { outcome: row!.outcome, auditId: row!.id }
   } catch (error) {
     if (sqlState(error) !== SQLSTATE.LOCK_NOT_AVAILABLE) throw error
     const [row] = await sql<{ id: string }[]>`
-      insert into idempotency_audit (actor, action, tenant, key, outcome, detail)
-      values (${actor.slice(0, 128)}, 'force_expire', ${target.tenant}, ${target.key}, 'worker_alive', ${sql.json(detail)})
+      ${insertAudit(sql, sql`values (${who}, 'force_expire', ${target.tenant}, ${target.key}, 'worker_alive', ${sql.json(detail)})`)}
       returning id`
     return { outcome: 'worker_alive', auditId: row!.id }
   }

@@ -1,3 +1,4 @@
+import { expired, releasedExpired } from './policy'
 import type { Clock, Sql } from './types'
 
 /**
@@ -24,24 +25,24 @@ export interface PurgeOptions extends Clock {
  * other, and a row a claim is renewing right now (reclaim.ts renewExpired,
  * NOWAIT) is skipped. A row renewed before we lock it is re-checked under the
  * lock (READ COMMITTED re-evaluates the WHERE): it is processing again and is
- * left alone. Only status = 'done' past retention is ever deleted. Correctness
+ * left alone. Only done and released keys past retention (policy.ts) are ever deleted. Correctness
  * never depends on the purge running: a claim already treats a done key past
  * retention as new.
  */
 export async function purgeExpired(sql: Sql, options: PurgeOptions): Promise<number> {
   const limit = options.batchSize ?? PURGE_BATCH_SIZE
+  const now = options.now ?? null
   const rows = await sql`
-    with params as (select coalesce(${options.now ?? null}::timestamptz, now()) - make_interval(secs => ${options.retentionSeconds}) as cutoff),
-    done as (
-      select k.tenant, k.key from idempotency_keys k, params p
-       where k.status = 'done' and k.completed_at <= p.cutoff
+    with done as (
+      select k.tenant, k.key from idempotency_keys k
+       where ${expired(sql, now, options.retentionSeconds)}
        order by k.completed_at
        limit ${limit}
          for update of k skip locked
     ),
     released as (
-      select k.tenant, k.key from idempotency_keys k, params p
-       where k.status = 'released' and k.released_at <= p.cutoff
+      select k.tenant, k.key from idempotency_keys k
+       where ${releasedExpired(sql, now, options.retentionSeconds)}
        order by k.released_at
        limit ${limit}
          for update of k skip locked

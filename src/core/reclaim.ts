@@ -1,4 +1,5 @@
 import { SQLSTATE, sqlState } from './errors'
+import { expired, stale } from './policy'
 import type { Claimant, Lease, RequestIdentity, Sql } from './types'
 
 /** 'busy': the row is locked right now (a completion or another take-over is committing). */
@@ -27,8 +28,7 @@ export function reclaim(sql: Sql, seen: Lease, claimant: Claimant): Promise<Take
       target as (
         select k.tenant, k.key from idempotency_keys k, params p
          where k.tenant = ${seen.tenant} and k.key = ${seen.key}
-           and k.status = 'processing' and k.lease = ${seen.lease}
-           and k.locked_at <= p.now - make_interval(secs => ${claimant.ttlSeconds})
+           and k.lease = ${seen.lease} and ${stale(sql, sql`p.now`, claimant.ttlSeconds)}
            for update of k nowait
       )
       update idempotency_keys k
@@ -79,8 +79,7 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
       target as (
         select k.tenant, k.key from idempotency_keys k, params p
          where k.tenant = ${id.tenant} and k.key = ${id.key}
-           and k.status = 'done' and k.lease = ${seenLease}
-           and k.completed_at <= p.now - make_interval(secs => ${claimant.retentionSeconds})
+           and k.lease = ${seenLease} and ${expired(sql, sql`p.now`, claimant.retentionSeconds)}
            for update of k nowait
       )
       update idempotency_keys k

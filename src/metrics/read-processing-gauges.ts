@@ -1,3 +1,4 @@
+import { cutoffText } from '../core/policy'
 import type { Sql } from '../core/types'
 
 export interface ProcessingGauges {
@@ -8,7 +9,8 @@ export interface ProcessingGauges {
 }
 
 /**
- * $1 now (null: the database's), $2 TTL seconds.
+ * $1 now (null: the database's), $2 TTL seconds. Stale is the policy's cut-off
+ * (core/policy.ts), the same rule the admin and the CLI count with.
  *
  * Cost: both branches read only `idempotency_keys_processing`, the partial
  * index (locked_at, tenant, key) on status = 'processing': it holds in-flight
@@ -23,8 +25,7 @@ export interface ProcessingGauges {
 export const PROCESSING_GAUGES_SQL = `
   select k.tenant, count(*)::float8 as value
     from idempotency_keys k
-   where k.status = 'processing'
-     and k.locked_at <= coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+   where ${cutoffText('stale', 'coalesce($1::timestamptz, now())', '$2::float8')}
    group by k.tenant
   union all
   select null, coalesce(extract(epoch from (coalesce($1::timestamptz, now()) - min(k.locked_at)))::float8, 0)

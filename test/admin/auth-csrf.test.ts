@@ -2,15 +2,15 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { SessionKeys, SESSION_SECONDS } from '../../src/admin/session'
 import { createTestDatabase, type TestDatabase } from '../support/db'
-import { ADMIN_TOKEN, startServer, type ServerProcess } from '../support/server'
-import { api, keyInProcessing, postForm, signIn, stuckKey, type Signed } from './support'
+import { ADMIN_TOKEN } from '../support/server'
+import { api, keyInProcessing, postForm, signIn, startAdmin, stuckKey, type AdminServer, type Signed } from './support'
 
 let db: TestDatabase
-let server: ServerProcess
+let server: AdminServer
 let alice: Signed
 beforeAll(async () => {
   db = await createTestDatabase('admin_auth')
-  server = await startServer(db.url)
+  server = startAdmin(db.pools)
   alice = await signIn(server.url, 'alice')
 })
 afterAll(async () => {
@@ -23,19 +23,23 @@ describe('without credentials', () => {
     await stuckKey(db.sql, 'acme', 'secret-key-visible-only-to-admins')
     const response = await fetch(`${server.url}/admin`, { redirect: 'manual' })
     expect(response.status).toBe(303)
-    expect(response.headers.get('location')).toBe('/admin/login')
-    for (const path of ['/admin/login', '/admin/audit?x=1', '/admin/expire-stale']) {
+    expect(response.headers.get('location')).toBe('/admin/login?next=%2Fadmin')
+    for (const path of ['/admin/login', '/admin/audit?x=1', '/admin/confirm/expire-stale', '/admin/keys/acme/secret-key-visible-only-to-admins',
+      '/admin/key?tenant=acme&key=secret-key-visible-only-to-admins', '/admin/audit/1', '/admin/no-such-page', '/admin?route=not-a-route']) {
       const page = await fetch(`${server.url}${path}`)
-      const html = await page.text()
+      // The sign-in form echoes the address asked for (to go there after); beyond it, nothing of the key.
+      const html = (await page.text()).replace(/name="next" value="[^"]*"/, '')
       expect(html).not.toContain('secret-key-visible-only-to-admins')
-      expect(page.url).toEndWith('/admin/login')
+      expect(html).not.toContain('a'.repeat(64))
+      expect(new URL(page.url).pathname).toBe('/admin/login')
       expect(html).toContain('name="token"')
     }
   })
 
   test('/admin/api answers 401 problem+json with a Bearer challenge, for no token and a wrong one', async () => {
     for (const token of [null, 'wrong-token-123', `${ADMIN_TOKEN}x`, 'acme-key']) {
-      for (const [method, path] of [['GET', '/admin/api/keys'], ['GET', '/admin/api/audit'], ['POST', '/admin/api/keys/expire-stale'], ['GET', '/admin/api/nope']]) {
+      for (const [method, path] of [['GET', '/admin/api/keys'], ['GET', '/admin/api/audit'], ['POST', '/admin/api/keys/expire-stale'], ['GET', '/admin/api/nope'],
+        ['GET', '/admin/api/keys/acme/secret-key-visible-only-to-admins'], ['GET', '/admin/api/keys?limit=not-a-number'], ['POST', '/admin/api/purge']]) {
         const response = await api(server.url, path!, { token, method: method!, ...(method === 'POST' ? { body: {} } : {}) })
         expect(response.status).toBe(401)
         expect(response.headers.get('content-type')).toStartWith('application/problem+json')
@@ -62,6 +66,19 @@ describe('without credentials', () => {
     expect(response.headers.get('set-cookie')).toBeNull()
   })
 
+  test('after signing in, the operator lands on the page asked for (an alert\'s filtered link), and never off /admin', async () => {
+    const asked = await fetch(`${server.url}/admin?tenant=acme&stale=1`, { redirect: 'manual' })
+    const login = await fetch(`${server.url}${asked.headers.get('location')}`)
+    const next = /name="next" value="([^"]*)"/.exec(await login.text())![1]!.replace(/&amp;/g, '&')
+    expect(next).toBe('/admin?tenant=acme&stale=1')
+    const signedIn = await postForm(server.url, '/admin/login', { token: ADMIN_TOKEN, name: 'dave', next })
+    expect(signedIn.headers.get('location')).toBe('/admin?tenant=acme&stale=1')
+    for (const evil of ['https://evil.example/admin', '//evil.example/admin', '/\\evil.example', '/adminx', '/api/payments']) {
+      const response = await postForm(server.url, '/admin/login', { token: ADMIN_TOKEN, name: 'dave', next: evil })
+      expect({ evil, location: response.headers.get('location') }).toEqual({ evil, location: '/admin' })
+    }
+  })
+
   test('the cookie is HttpOnly, SameSite=Strict, scoped to /admin, and expires', async () => {
     const response = await postForm(server.url, '/admin/login', { token: ADMIN_TOKEN, name: 'bob' })
     const cookie = response.headers.get('set-cookie')!
@@ -69,6 +86,18 @@ describe('without credentials', () => {
     expect(cookie).toContain('SameSite=Strict')
     expect(cookie).toContain('Path=/admin')
     expect(cookie).toContain(`Max-Age=${SESSION_SECONDS}`)
+  })
+})
+
+describe('signed in', () => {
+  test('an unknown page is a 404 page, a bad filter a 400 naming it, an unknown key a 404', async () => {
+    const get = (path: string) => fetch(`${server.url}${path}`, { headers: { cookie: alice.cookie }, redirect: 'manual' })
+    expect((await get('/admin/no-such-page')).status).toBe(404)
+    const bad = await get('/admin/audit?action=drop_table')
+    expect(bad.status).toBe(400)
+    expect(await bad.text()).toContain('action must be one of')
+    expect((await get('/admin/keys/acme/never-claimed')).status).toBe(404)
+    expect((await api(server.url, '/admin/api/keys/acme/never-claimed')).status).toBe(404)
   })
 })
 
@@ -92,7 +121,7 @@ describe('tampered cookies', () => {
     for (const cookie of forged) {
       const response = await fetch(`${server.url}/admin`, { headers: { cookie }, redirect: 'manual' })
       expect(response.status).toBe(303)
-      expect(response.headers.get('location')).toBe('/admin/login')
+      expect(response.headers.get('location')).toStartWith('/admin/login')
     }
     const genuine = await fetch(`${server.url}/admin`, { headers: { cookie: alice.cookie }, redirect: 'manual' })
     expect(genuine.status).toBe(200)
@@ -135,13 +164,26 @@ describe('CSRF on state-changing forms', () => {
     expect(await keyInProcessing(db.sql, 'acme', 'csrf-target')).toBe(false)
   })
 
-  test('expire-all-stale and sign-out check the token too', async () => {
+  test('expire-all-stale, purge and sign-out check the token and the origin too', async () => {
     await stuckKey(db.sql, 'acme', 'csrf-stale-target')
-    const refused = await postForm(server.url, '/admin/expire-stale', { as_of: new Date().toISOString() }, { cookie: alice.cookie })
-    expect(refused.status).toBe(403)
+    await db.sql`
+      insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at, response_status, response_headers, response_body)
+      values ('acme', 'csrf-old-done', 'POST', '/api/payments', ${'e'.repeat(64)}, 'done', now() - interval '2 days', now() - interval '2 days', now() - interval '2 days', 201, '{}'::jsonb, '{}')`
+    const refused = [
+      await postForm(server.url, '/admin/expire-stale', { as_of: new Date().toISOString() }, { cookie: alice.cookie }),
+      await postForm(server.url, '/admin/expire-stale', { as_of: new Date().toISOString(), csrf: alice.csrf }, { cookie: alice.cookie, origin: 'https://evil.example' }),
+      await postForm(server.url, '/admin/purge', {}, { cookie: alice.cookie }),
+      await postForm(server.url, '/admin/purge', { csrf: alice.csrf }, { cookie: alice.cookie, headers: { 'sec-fetch-site': 'cross-site' }, origin: null }),
+      await postForm(server.url, '/admin/logout', {}, { cookie: alice.cookie, origin: 'https://evil.example' }),
+    ]
+    expect(refused.map((response) => response.status)).toEqual([403, 403, 403, 403, 403])
     expect(await keyInProcessing(db.sql, 'acme', 'csrf-stale-target')).toBe(true)
-    const logout = await postForm(server.url, '/admin/logout', {}, { cookie: alice.cookie, origin: 'https://evil.example' })
-    expect(logout.status).toBe(403)
+    const [done] = await db.sql`select count(*)::int as n from idempotency_keys where key = 'csrf-old-done'`
+    expect(done!.n).toBe(1)
+    const purged = await postForm(server.url, '/admin/purge', { csrf: alice.csrf }, { cookie: alice.cookie })
+    expect(purged.status).toBe(303)
+    const [gone] = await db.sql`select count(*)::int as n from idempotency_keys where key = 'csrf-old-done'`
+    expect(gone!.n).toBe(0)
   })
 
   test('sign-out clears the cookie', async () => {

@@ -4,18 +4,17 @@
  * operator saw; fencing covers an operator who is wrong.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { expireStaleAction, forceExpireAction, type ActionContext } from '../../src/admin/actions'
 import { claim } from '../../src/core/claim'
 import { complete } from '../../src/core/complete'
 import { LeaseLostError } from '../../src/core/errors'
 import { PROCESS_ALIVE_SECONDS } from '../../src/core/processes'
 import { reclaim } from '../../src/core/reclaim'
 import type { Lease, StoredResponse } from '../../src/core/types'
-import { createMetrics, type Metrics } from '../../src/metrics/registry'
+import { operations, type Operations, type OperationsContext } from '../../src/operations'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
 import { identity } from '../support/keys'
-import { startServer, type ServerProcess } from '../support/server'
+import { startGatedProvider, startServer, type GatedProvider, type ServerProcess } from '../support/server'
 import { waitFor } from '../support/wait'
 import { api, keyInProcessing, postForm, signIn, stuckKey } from './support'
 
@@ -23,13 +22,13 @@ const TTL = 30
 const OK: StoredResponse = { status: 201, headers: { 'content-type': 'application/json' }, body: '{"ok":true}' }
 
 let db: TestDatabase
-let metrics: Metrics
-let context: ActionContext
+let context: OperationsContext
+let ops: Operations
 beforeAll(async () => {
   db = await createTestDatabase('admin_expire')
   await db.sql`create table side_effects (key text not null, lease text not null)`
-  metrics = createMetrics()
-  context = { sql: db.pools.short, metrics, ttlSeconds: TTL, retentionSeconds: 3600 }
+  context = { sql: db.pools.short, ttlSeconds: TTL, retentionSeconds: 3600 }
+  ops = operations(context)
 })
 afterAll(() => db?.drop())
 
@@ -57,18 +56,24 @@ async function processRow(ageSeconds: number): Promise<string> {
 const sideEffects = async (key: string) => (await db.sql<{ n: number }[]>`select count(*)::int as n from side_effects where key = ${key}`)[0]!.n
 const statusOf = async (key: string) => (await db.sql<{ status: string }[]>`select status from idempotency_keys where key = ${key}`)[0]?.status
 
-describe('against a live worker (real server, slow provider)', () => {
+describe('against a live worker (real server, a provider call held open by the test)', () => {
   let server: ServerProcess
+  let provider: GatedProvider
   beforeAll(async () => {
-    server = await startServer(db.url, { PAYMENT_PROVIDER_DELAY_MS: '3000', IDEMPOTENCY_TTL_SECONDS: '20' })
+    provider = await startGatedProvider()
+    server = await startServer(db.url, { IDEMPOTENCY_TTL_SECONDS: '20' }, { provider })
   })
-  afterAll(() => server?.stop())
+  afterAll(async () => {
+    await server?.stop()
+    await provider?.stop()
+  })
 
   test('force-expire is refused from the API and the page while the worker is alive and within its deadline; the payment completes', async () => {
     const key = `live-${crypto.randomUUID()}`
+    provider.hold(1)
     const request = postPayment(server.url, payment(), { key })
-    // The worker is in its external phase: the provider holds its charge.
-    await waitFor(async () => server.provider.pending() === 1, 'the charge to reach the provider')
+    // The worker is in its external phase: the provider holds its charge until released below.
+    await waitFor(async () => provider.held() === 1, 'the charge to reach the provider')
     const [row] = await db.sql<{ lease: string }[]>`select lease from idempotency_keys where key = ${key}`
 
     const viaApi = await api(server.url, '/admin/api/keys/expire', { method: 'POST', body: { tenant: 'acme', key, lease: row!.lease } })
@@ -85,6 +90,7 @@ describe('against a live worker (real server, slow provider)', () => {
     const viaStale = await api(server.url, '/admin/api/keys/expire-stale', { method: 'POST', body: {} })
     expect(await viaStale.json()).toMatchObject({ expired: 0 })
 
+    provider.release()
     const answer = await request
     expect(answer.status).toBe(201)
     expect(await statusOf(key)).toBe('done')
@@ -117,23 +123,23 @@ describe('against a live worker (real server, slow provider)', () => {
 describe('who counts as alive', () => {
   test('before its deadline, a key whose owner beats is refused; one whose owner stopped beating is expired', async () => {
     const alive = await claimed(identity(), await processRow(0))
-    expect((await forceExpireAction(context, alive, 'test')).outcome).toBe('worker_alive')
+    expect((await ops.forceExpire(alive, 'test')).outcome).toBe('worker_alive')
     expect(await statusOf(alive.key)).toBe('processing')
 
     const gone = await claimed(identity(), await processRow(PROCESS_ALIVE_SECONDS + 5))
-    expect((await forceExpireAction(context, gone, 'test')).outcome).toBe('expired')
+    expect((await ops.forceExpire(gone, 'test')).outcome).toBe('expired')
     expect(await statusOf(gone.key)).toBe('released')
   })
 
   test('a key whose claimer has no heartbeat row is taken for alive until its deadline', async () => {
     const unknown = await claimed()
-    expect((await forceExpireAction(context, unknown, 'test')).outcome).toBe('worker_alive')
+    expect((await ops.forceExpire(unknown, 'test')).outcome).toBe('worker_alive')
   })
 
   test('past its deadline a key is expired even if its owner still beats: that worker has stopped', async () => {
     const lease = await claimed(identity(), await processRow(0))
     await db.sql`update idempotency_keys set locked_at = now() - make_interval(secs => ${TTL + 1}) where key = ${lease.key}`
-    expect((await forceExpireAction(context, lease, 'test')).outcome).toBe('expired')
+    expect((await ops.forceExpire(lease, 'test')).outcome).toBe('expired')
     // And if it had not stopped, it could not commit.
     await expect(finish(lease)).rejects.toBeInstanceOf(LeaseLostError)
     expect(await sideEffects(lease.key)).toBe(0)
@@ -147,7 +153,7 @@ describe('conditional on what the operator saw', () => {
     await db.sql`update idempotency_keys set locked_at = now() - interval '1 hour' where key = ${id.key}`
     const taken = await reclaim(db.pools.short, first, { ttlSeconds: TTL, retentionSeconds: 3600 })
     if (taken === null || taken === 'busy') throw new Error(`expected a reclaim, got ${taken}`)
-    const result = await forceExpireAction(context, { tenant: id.tenant, key: id.key, lease: first.lease }, 'test')
+    const result = await ops.forceExpire({ tenant: id.tenant, key: id.key, lease: first.lease }, 'test')
     expect(result.outcome).toBe('unchanged')
     const [row] = await db.sql`select lease, status from idempotency_keys where key = ${id.key}`
     expect(row).toMatchObject({ lease: taken.lease, status: 'processing' })
@@ -158,7 +164,7 @@ describe('conditional on what the operator saw', () => {
     await stuckKey(db.sql, 'conf', deadKey, 3600)
     const recentKey = `recent-${crypto.randomUUID()}`
     await stuckKey(db.sql, 'conf', recentKey, 60) // stale now (TTL 30), but not yet 45 s ago
-    const result = await expireStaleAction(context, { tenant: 'conf', asOf: new Date(Date.now() - 45_000) }, 'test')
+    const result = await ops.expireStale({ tenant: 'conf', asOf: new Date(Date.now() - 45_000) }, 'test')
     expect(result.expired).toBe(1)
     expect(result.expiredKeys).toEqual([{ tenant: 'conf', key: deadKey }])
     expect(await keyInProcessing(db.sql, 'conf', recentKey)).toBe(true)
@@ -169,7 +175,7 @@ describe('conditional on what the operator saw', () => {
 describe('races with the worker', () => {
   test('a key expired before its worker completes: the worker is fenced off and commits nothing', async () => {
     const lease = await claimed(identity(), await processRow(PROCESS_ALIVE_SECONDS + 5))
-    const result = await forceExpireAction(context, lease, 'test')
+    const result = await ops.forceExpire(lease, 'test')
     expect(result.outcome).toBe('expired')
     await expect(finish(lease)).rejects.toBeInstanceOf(LeaseLostError)
     expect(await sideEffects(lease.key)).toBe(0)
@@ -177,7 +183,7 @@ describe('races with the worker', () => {
 
   test('force-expire at the moment of completion: either the worker committed and nothing was expired, or nothing committed', async () => {
     // The operator acts as if past the deadline, so every attempt is a real race with the COMMIT.
-    const late = { ...context, now: () => new Date(Date.now() + 2 * TTL * 1000) }
+    const late = operations({ ...context, now: () => new Date(Date.now() + 2 * TTL * 1000) })
     const outcomes = new Map<string, number>()
     for (let round = 0; round < 40; round++) {
       const lease = await claimed()
@@ -187,7 +193,7 @@ describe('races with the worker', () => {
       // Spread the expire over the worker's writes and its commit.
       setTimeout(go, round % 2 === 0 ? 0 : 3)
       await Bun.sleep(round % 4 === 0 ? 0 : Math.random() * 6)
-      const expire = (await forceExpireAction(late, lease, 'test')).outcome
+      const expire = (await late.forceExpire(lease, 'test')).outcome
       const work = await worker
       const effects = await sideEffects(lease.key)
       const status = await statusOf(lease.key)
@@ -212,7 +218,7 @@ describe('races with the worker', () => {
     await completion`begin`
     await completion`select 1 from idempotency_keys where tenant = ${tenant} and key = 'committing' for update`
     try {
-      const result = await expireStaleAction(context, { tenant }, 'test')
+      const result = await ops.expireStale({ tenant }, 'test')
       expect(result.expired).toBe(250)
       expect(result.workerAlive).toBe(1)
       expect(result.aliveKeys).toEqual([{ tenant, key: 'committing' }])

@@ -9,7 +9,7 @@
 import { createTestDatabase } from '../support/db'
 import { startServer } from '../support/server'
 import { signIn } from './support'
-import { encodeCursor } from '../../src/admin/query'
+import { encodeCursor } from '../../src/operations/cursor'
 
 const ROWS = 100_000
 const db = await createTestDatabase('page_100k')
@@ -43,7 +43,7 @@ async function measure(label: string, path: string): Promise<void> {
     db_.push(dbMs)
     render.push(renderMs)
     client.push(elapsed)
-    rows = (html.match(/<td class="key">/g) ?? []).length
+    rows = (html.match(/<td data-label="Key" class="key">/g) ?? []).length
   }
   const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(values.length / 2)]!.toFixed(2)
   console.log(`${label.padEnd(30)} server ${median(server_)} ms (queries ${median(db_)}, render ${median(render)})  round trip ${median(client)} ms  (${rows} key cells)`)
@@ -58,5 +58,6 @@ await measure('first page', '/admin')
 await measure('deep page (after row 90,000)', `/admin?after=${cursor}`)
 await measure('tenant filter, deep page', `/admin?tenant=globex&after=${cursor}`)
 await measure('stale only, first page', '/admin?stale=1')
+await measure('key search, first page', '/admin?key=key-9999')
 await server.stop()
 await db.drop()

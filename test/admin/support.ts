@@ -1,5 +1,8 @@
-/** Talking to /admin like a browser (form posts, session cookie) and like a script (Bearer). */
+/** Talking to /admin like a browser (form posts, session cookie) and like a script (Bearer); an in-process admin on a real socket. */
+import { Elysia } from 'elysia'
 import type postgres from 'postgres'
+import { adminRoutes, type AdminOptions } from '../../src/admin/routes'
+import type { Pools } from '../../src/store/db'
 import { ADMIN_TOKEN } from '../support/server'
 
 export interface Signed {
@@ -9,7 +12,24 @@ export interface Signed {
 
 const FORM = 'application/x-www-form-urlencoded'
 
-/** Signs in through the form and reads this session's CSRF token from the page. */
+export interface AdminServer {
+  readonly url: string
+  stop(): Promise<void>
+}
+
+/**
+ * The admin alone, mounted as the service mounts it (adminRoutes), served by
+ * Bun on a free port of this process: real HTTP (sockets, cookies, redirects,
+ * Content-Length) without spawning a service. Bun's body cap is the service's
+ * (1 GiB), so an oversize body reaches the admin as it would in production.
+ */
+export function startAdmin(pools: Pools, options: Partial<AdminOptions> = {}): AdminServer {
+  const app = new Elysia().use(adminRoutes({ pools, adminToken: ADMIN_TOKEN, ttlSeconds: 30, retentionSeconds: 3600, ...options }))
+  const server = Bun.serve({ hostname: '127.0.0.1', port: 0, maxRequestBodySize: 1024 * 1024 * 1024, fetch: (request) => app.handle(request) })
+  return { url: `http://127.0.0.1:${server.port}`, stop: () => server.stop(true) }
+}
+
+/** Signs in through the form and reads this session's CSRF token from a page. */
 export async function signIn(baseUrl: string, name = 'alice'): Promise<Signed> {
   const response = await fetch(`${baseUrl}/admin/login`, {
     method: 'POST',
@@ -33,15 +53,21 @@ export function postForm(baseUrl: string, path: string, fields: Record<string, s
   return fetch(`${baseUrl}${path}`, { method: 'POST', headers, body: new URLSearchParams(fields).toString(), redirect: 'manual' })
 }
 
-export function api(baseUrl: string, path: string, init: { method?: string; body?: unknown; token?: string | null } = {}): Promise<Response> {
-  const headers: Record<string, string> = {}
+export function api(baseUrl: string, path: string, init: { method?: string; body?: unknown; token?: string | null; headers?: Record<string, string> } = {}): Promise<Response> {
+  const headers: Record<string, string> = { ...init.headers }
   const token = init.token === undefined ? ADMIN_TOKEN : init.token
   if (token !== null) headers.authorization = `Bearer ${token}`
   if (init.body !== undefined) headers['content-type'] = 'application/json'
   return fetch(`${baseUrl}${path}`, { method: init.method ?? 'GET', headers, ...(init.body !== undefined ? { body: JSON.stringify(init.body) } : {}) })
 }
 
-/** Inserts a processing key as a dead worker leaves it: no lock held, locked `ageSeconds` ago. */
+/** GETs an admin page with a session; the body as text. */
+export async function getPage(baseUrl: string, path: string, signed: Signed): Promise<{ response: Response; html: string }> {
+  const response = await fetch(`${baseUrl}${path}`, { headers: { cookie: signed.cookie }, redirect: 'manual' })
+  return { response, html: await response.text() }
+}
+
+/** Inserts a processing key as a dead worker leaves it: no owner, locked `ageSeconds` ago. */
 export async function stuckKey(sql: postgres.Sql, tenant: string, key: string, ageSeconds = 3600, path = '/api/payments'): Promise<string> {
   const [row] = await sql<{ lease: string }[]>`
     insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at)
@@ -55,4 +81,9 @@ export async function stuckKey(sql: postgres.Sql, tenant: string, key: string, a
 export async function keyInProcessing(sql: postgres.Sql, tenant: string, key: string): Promise<boolean> {
   const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where tenant = ${tenant} and key = ${key} and status = 'processing'`
   return row!.n === 1
+}
+
+/** The text of HTML as a browser decodes it (the entities our escaping writes). */
+export function decode(text: string): string {
+  return text.replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&quot;|&#34;/g, '"').replace(/&#39;|&#x27;/g, "'").replace(/&amp;/g, '&')
 }

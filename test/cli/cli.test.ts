@@ -1,23 +1,38 @@
 /** The operator CLI end to end: `bun src/cli.ts ...` as a separate process, on a real database. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { existsSync } from 'node:fs'
 import { userInfo } from 'node:os'
-import { createTestDatabase, type TestDatabase } from '../support/db'
-import { keyInProcessing, stuckKey } from '../admin/support'
+import { resolveActor, UsageError } from '../../src/cli'
+import { claim } from '../../src/core/claim'
 import { writeServerSettings } from '../../src/core/settings'
+import { api, keyInProcessing, startAdmin, stuckKey, type AdminServer } from '../admin/support'
+import { createTestDatabase, type TestDatabase } from '../support/db'
+import { identity } from '../support/keys'
 
+const RETENTION = 3600
 let db: TestDatabase
+let admin: AdminServer
 beforeAll(async () => {
   db = await createTestDatabase('cli')
   // As a server does at start: the CLI applies these, never its own shell's.
-  await writeServerSettings(db.sql, { ttlSeconds: 30, retentionSeconds: 3600 })
+  await writeServerSettings(db.sql, { ttlSeconds: 30, retentionSeconds: RETENTION })
+  // The admin JSON API on the same database, to compare the CLI's JSON with.
+  admin = startAdmin(db.pools, { ttlSeconds: 30, retentionSeconds: RETENTION })
 })
-afterAll(() => db?.drop())
+afterAll(async () => {
+  await admin?.stop()
+  await db?.drop()
+})
 
 interface Run { code: number; stdout: string; stderr: string }
 
-async function idem(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  const proc = Bun.spawn([process.execPath, 'src/cli.ts', ...args], {
-    env: { ...process.env, DATABASE_URL: db.url, IDEMPOTENCY_TTL_SECONDS: '', IDEMPOTENCY_RETENTION_SECONDS: '', ...env },
+const BUN = process.execPath
+
+async function idem(args: string[], env: Record<string, string | undefined> = {}, stdin?: string): Promise<Run> {
+  const merged = { ...process.env, DATABASE_URL: db.url, IDEMPOTENCY_TTL_SECONDS: '', IDEMPOTENCY_RETENTION_SECONDS: '', ...env }
+  const proc = Bun.spawn([BUN, 'src/cli.ts', ...args], {
+    env: Object.fromEntries(Object.entries(merged).filter(([, value]) => value !== undefined)) as Record<string, string>,
+    stdin: stdin === undefined ? 'ignore' : new TextEncoder().encode(stdin),
     stdout: 'pipe',
     stderr: 'pipe',
   })
@@ -25,21 +40,45 @@ async function idem(args: string[], env: Record<string, string> = {}): Promise<R
   return { code, stdout, stderr }
 }
 
+/** The CLI in a terminal (a pseudo-terminal from util-linux `script`), typing `answer` at its question. */
+async function runScript(command: string, answer: string): Promise<Run> {
+  const proc = Bun.spawn(['script', '-qec', command, '/dev/null'], {
+    env: { ...process.env, DATABASE_URL: db.url } as Record<string, string>,
+    stdin: new TextEncoder().encode(`${answer}\n`),
+    stdout: 'pipe',
+    stderr: 'pipe',
+  })
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
+  return { code, stdout, stderr }
+}
+
+const doneKey = (key: string, completedAgo: string) => db.sql`
+  insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at, response_status, response_headers, response_body)
+  values ('acme', ${key}, 'POST', '/api/payments', ${'e'.repeat(64)}, 'done', now() - interval '3 hours', now() - interval '3 hours',
+          now() - ${completedAgo}::interval, 201, '{}'::jsonb, '{}')`
+const exists = async (key: string) => (await db.sql`select 1 from idempotency_keys where key = ${key}`).length === 1
+
 describe('usage', () => {
-  test('DATABASE_URL unset is a clear usage error (exit 2)', async () => {
-    const run = await idem(['counts'], { DATABASE_URL: '' })
-    expect(run.code).toBe(2)
-    expect(run.stderr).toContain('DATABASE_URL is not set')
+  test('DATABASE_URL unset or malformed is a clear usage error (exit 2), checked by the server\'s own parser', async () => {
+    const unset = await idem(['counts'], { DATABASE_URL: '' })
+    expect(unset.code).toBe(2)
+    expect(unset.stderr).toContain('DATABASE_URL is not set')
+    const bad = await idem(['counts'], { DATABASE_URL: 'mysql://x' })
+    expect(bad.code).toBe(2)
+    expect(bad.stderr).toContain('DATABASE_URL: must be a postgres:// or postgresql:// URL')
   })
 
   test('unknown commands and bad options are usage errors (exit 2); --help is not', async () => {
     expect((await idem(['frobnicate'])).code).toBe(2)
     expect((await idem(['list', '--limit', 'lots'])).code).toBe(2)
+    expect((await idem(['list', '--cursor', 'bm90LWEtY3Vyc29y'])).code).toBe(2)
+    expect((await idem(['list', '--route', 'not a route'])).code).toBe(2)
     expect((await idem(['expire', 'acme'])).code).toBe(2)
     expect((await idem(['expire', 'acme', 'k', '--lease', '-1'])).code).toBe(2)
+    expect((await idem(['audit', '--action', 'drop_table'])).code).toBe(2)
     const help = await idem(['--help'])
     expect(help.code).toBe(0)
-    expect(help.stdout).toContain('expire-stale')
+    for (const command of ['list', 'show', 'expire', 'expire-stale', 'purge', 'counts', 'audit']) expect(help.stdout).toContain(command)
   })
 
   test('an unreachable database is a failure (exit 1) with the reason', async () => {
@@ -49,10 +88,35 @@ describe('usage', () => {
   })
 })
 
+describe('who acts', () => {
+  test('--actor, else the OS user, else $USER; with none of them a clear refusal', () => {
+    const noPasswd = () => { throw new Error('no passwd entry') }
+    expect(resolveActor('pager bot', { env: {}, osUser: noPasswd })).toBe('cli:pager bot')
+    expect(resolveActor(undefined, { env: { USER: 'eve' }, osUser: () => 'mallory' })).toBe('cli:mallory')
+    expect(resolveActor(undefined, { env: { USER: 'eve' }, osUser: noPasswd })).toBe('cli:eve')
+    expect(() => resolveActor(undefined, { env: {}, osUser: noPasswd })).toThrow(UsageError)
+    expect(() => resolveActor(undefined, { env: {}, osUser: noPasswd })).toThrow('$USER is unset and this uid has no passwd entry')
+    expect(() => resolveActor(' ', { env: {}, osUser: noPasswd })).toThrow('--actor')
+  })
+
+  test('a uid without a passwd entry and no $USER: expire refuses with exit 2 and does nothing', async () => {
+    if (process.getuid?.() !== 0 || !existsSync('/usr/bin/setpriv')) throw new Error('this test runs as root with setpriv (util-linux) to take a uid that has no passwd entry')
+    await stuckKey(db.sql, 'nobody', 'cli-nobody', 600)
+    const proc = Bun.spawn(['setpriv', '--reuid', '54321', '--regid', '54321', '--clear-groups', BUN, 'src/cli.ts', 'expire', 'nobody', 'cli-nobody'], {
+      env: { PATH: process.env.PATH ?? '', DATABASE_URL: db.url, HOME: '/tmp' },
+      stdout: 'pipe',
+      stderr: 'pipe',
+    })
+    const [stderr, code] = await Promise.all([new Response(proc.stderr).text(), proc.exited])
+    expect({ code, stderr }).toEqual({ code: 2, stderr: expect.stringContaining('no actor for the audit trail') })
+    expect(await keyInProcessing(db.sql, 'nobody', 'cli-nobody')).toBe(true)
+  })
+})
+
 describe('operations', () => {
   const user = `cli:${userInfo().username}`
 
-  test('list shows stuck keys stale first; --json for scripts', async () => {
+  test('list shows stuck keys stale first, pages with --cursor; --json is the admin API\'s JSON', async () => {
     await stuckKey(db.sql, 'acme', 'cli-fresh', 2)
     await stuckKey(db.sql, 'acme', 'cli-stuck', 7200)
     await stuckKey(db.sql, 'acme', '<b>cli-hostile</b>', 3600)
@@ -63,20 +127,46 @@ describe('operations', () => {
     expect(lines[1]).toMatch(/^stale\s+acme\s+cli-stuck\s+POST \/api\/payments\s+2h 00m\s+1\s+\d+$/)
     expect(lines[2]).toContain('<b>cli-hostile</b>')
     expect(lines[3]).toMatch(/^running\s+acme\s+cli-fresh/)
-    const json = await idem(['list', '--stale', '--json'])
-    expect(JSON.parse(json.stdout).map((key: { key: string }) => key.key)).toEqual(['cli-stuck', '<b>cli-hostile</b>'])
+
+    const first = await idem(['list', '--tenant', 'acme', '--limit', '2'])
+    const cursor = /more: add --cursor (\S+)/.exec(first.stdout)![1]!
+    const rest = await idem(['list', '--tenant', 'acme', '--limit', '2', '--cursor', cursor])
+    expect(rest.stdout).toMatch(/running\s+acme\s+cli-fresh/)
+    expect(rest.stdout).not.toContain('more:')
+
+    const json = JSON.parse((await idem(['list', '--tenant', 'acme', '--stale', '--json'])).stdout)
+    const viaApi = await (await api(admin.url, '/admin/api/keys?tenant=acme&stale=1')).json()
+    const steady = (body: { data: Record<string, unknown>[] }) => ({ ...body, data: body.data.map(({ age_seconds: _, ...rest }) => rest) })
+    expect(steady(json)).toEqual(steady(viaApi))
+    expect(Object.keys(json.data[0]).sort()).toEqual(['age_seconds', 'attempts', 'created_at', 'key', 'lease', 'locked_at', 'method', 'path', 'stale', 'tenant'])
+    expect(json.data.map((key: { key: string }) => key.key)).toEqual(['cli-stuck', '<b>cli-hostile</b>'])
   })
 
-  test('expire removes a dead worker\'s key and records who did it', async () => {
+  test('show prints one key; --json is GET /admin/api/keys/{tenant}/{key}', async () => {
+    const shown = await idem(['show', 'acme', 'cli-stuck'])
+    expect(shown.code).toBe(0)
+    expect(shown.stdout).toMatch(/^status\s+processing \(stale\)$/m)
+    expect(shown.stdout).toMatch(/^downstream key\s+idp_\S{43}$/m)
+    expect(shown.stdout).toContain('A force-expire would release the key now')
+    const json = JSON.parse((await idem(['show', 'acme', 'cli-stuck', '--json'])).stdout)
+    const viaApi = await (await api(admin.url, '/admin/api/keys/acme/cli-stuck')).json()
+    expect({ ...json, age_seconds: 0 }).toEqual({ ...viaApi, age_seconds: 0 })
+    expect((await idem(['show', 'acme', 'no-such-key'])).code).toBe(1)
+  })
+
+  test('expire releases a dead worker\'s key and records who did it, --actor included', async () => {
     const run = await idem(['expire', 'acme', 'cli-stuck'])
     expect(run).toMatchObject({ code: 0 })
-    expect(run.stdout).toContain('expired')
+    expect(run.stdout).toContain('expired: the key was released')
     expect(await keyInProcessing(db.sql, 'acme', 'cli-stuck')).toBe(false)
-    const [entry] = await db.sql`select actor, action, outcome from idempotency_audit where key = 'cli-stuck'`
-    expect(entry).toEqual({ actor: user, action: 'force_expire', outcome: 'expired' })
+    await stuckKey(db.sql, 'acme', 'cli-named', 600)
+    const named = JSON.parse((await idem(['expire', 'acme', 'cli-named', '--actor', 'night shift', '--json'])).stdout)
+    expect(named).toEqual({ outcome: 'expired', lease: expect.any(String), audit_id: expect.any(String) })
+    const entries = await db.sql`select actor, action, outcome from idempotency_audit where key in ('cli-stuck', 'cli-named') order by id`
+    expect([...entries]).toEqual([{ actor: user, action: 'force_expire', outcome: 'expired' }, { actor: 'cli:night shift', action: 'force_expire', outcome: 'expired' }])
   })
 
-  test('expire is refused (exit 1) while a live worker holds the key, for a missing key, and for an old lease', async () => {
+  test('expire is refused (exit 1) while a completion holds the key, for a missing key, and for an old lease', async () => {
     const lease = await stuckKey(db.sql, 'acme', 'cli-held', 600)
     const worker = await db.sql.reserve()
     await worker`begin`
@@ -85,9 +175,9 @@ describe('operations', () => {
       const refused = await idem(['expire', 'acme', 'cli-held'])
       expect(refused.code).toBe(1)
       expect(refused.stdout).toContain('live worker')
-      const batch = await idem(['expire-stale', '--yes', '--json'])
+      const batch = await idem(['expire-stale', '--tenant', 'acme', '--yes', '--json'])
       expect(batch.code).toBe(0)
-      expect(JSON.parse(batch.stdout)).toMatchObject({ workerAlive: 1, aliveKeys: [{ tenant: 'acme', key: 'cli-held' }] })
+      expect(JSON.parse(batch.stdout)).toMatchObject({ worker_alive: 1, worker_alive_keys: [{ tenant: 'acme', key: 'cli-held' }] })
     } finally {
       await worker`rollback`
       worker.release()
@@ -100,16 +190,15 @@ describe('operations', () => {
     expect(oldLease.code).toBe(1)
     expect(oldLease.stdout).toContain('nothing done')
     expect(await keyInProcessing(db.sql, 'acme', 'cli-held')).toBe(true)
-    const [entry] = await db.sql`select outcome from idempotency_audit where key = 'cli-held' and action = 'force_expire' order by id limit 1`
-    expect(entry!.outcome).toBe('worker_alive')
   })
 
-  test('expire-stale asks for --yes before it acts', async () => {
+  test('expire-stale refuses without --yes outside a terminal (exit 2), doing nothing; --yes does it', async () => {
     await stuckKey(db.sql, 'globex', 'cli-batch-1', 600)
     await stuckKey(db.sql, 'globex', 'cli-batch-2', 600)
-    const dry = await idem(['expire-stale', '--tenant', 'globex'])
-    expect(dry.code).toBe(2)
-    expect(dry.stdout).toContain('2 stale key(s) would be expired')
+    const refused = await idem(['expire-stale', '--tenant', 'globex'])
+    expect(refused.code).toBe(2)
+    expect(refused.stderr).toContain('2 key(s) in processing of tenant globex are older than the server\'s TTL (30s)')
+    expect(refused.stderr).toContain('refusing without --yes: not a terminal')
     expect(await keyInProcessing(db.sql, 'globex', 'cli-batch-1')).toBe(true)
     const run = await idem(['expire-stale', '--tenant', 'globex', '--yes'])
     expect(run.code).toBe(0)
@@ -117,40 +206,59 @@ describe('operations', () => {
     expect(await keyInProcessing(db.sql, 'globex', 'cli-batch-2')).toBe(false)
   })
 
-  test('purge deletes completed keys past retention, counts shows the state, audit lists the actions', async () => {
-    await db.sql`
-      insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at, response_status, response_headers, response_body)
-      select 'acme', 'cli-done-' || i, 'POST', '/api/payments', repeat('e', 64), 'done', now() - interval '3 hours', now() - interval '3 hours',
-             case when i <= 3 then now() - interval '2 hours' else now() end, 201, '{}'::jsonb, '{}'
-        from generate_series(1, 5) i`
-    const before = JSON.parse((await idem(['counts', '--json'])).stdout)
-    expect(before).toMatchObject({ done: 5, expired: 3 })
-    const purge = await idem(['purge'])
-    expect(purge).toMatchObject({ code: 0, stdout: 'purged 3 expired key(s)\n' })
-    const after = JSON.parse((await idem(['counts', '--json'])).stdout)
-    expect(after).toMatchObject({ done: 2, expired: 0 })
-    const audit = await idem(['audit', '--limit', '3'])
-    expect(audit.code).toBe(0)
-    expect(audit.stdout).toContain('purge_expired')
-    expect(audit.stdout).toContain(user)
+  test('purge refuses without --yes outside a terminal; in a terminal it asks, and does only what was answered', async () => {
+    await doneKey('cli-old-1', '2 hours')
+    await doneKey('cli-old-2', '2 hours')
+    const refused = await idem(['purge'])
+    expect(refused.code).toBe(2)
+    expect(refused.stderr).toContain('2 completed and 0 released key(s) are past the server\'s retention (3600s)')
+    expect(await exists('cli-old-1')).toBe(true)
+
+    const declined = await runScript(`'${BUN}' src/cli.ts purge`, 'no')
+    expect(declined.code).toBe(1)
+    expect(declined.stdout).toContain('Type "yes" to go ahead')
+    expect(declined.stdout).toContain('not confirmed; nothing was done')
+    expect(await exists('cli-old-1')).toBe(true)
+
+    const accepted = await runScript(`'${BUN}' src/cli.ts purge`, 'yes')
+    expect(accepted.code).toBe(0)
+    expect(accepted.stdout).toContain('purged 2 expired key(s)')
+    expect(await exists('cli-old-1')).toBe(false)
   })
 
-  test('the server\'s retention, not the shell\'s: IDEMPOTENCY_RETENTION_SECONDS=1 purge leaves a live key replayable', async () => {
+  test('counts follow the filters and print the admin API\'s JSON; audit lists, filters and shows entries', async () => {
+    await doneKey('cli-done-new', '1 minute')
+    const counts = JSON.parse((await idem(['counts', '--tenant', 'globex', '--json'])).stdout)
+    expect(counts).toEqual(await (await api(admin.url, '/admin/api/counts?tenant=globex')).json())
+    expect(counts).toMatchObject({ processing: 0, stale: 0, ttl_seconds: 30, retention_seconds: RETENTION })
+    const audit = await idem(['audit', '--by', 'cli:night', '--limit', '3'])
+    expect(audit.code).toBe(0)
+    expect(audit.stdout).toContain('cli:night shift')
+    expect(audit.stdout).not.toContain(`${user} `)
+    const id = /^(\d+)\s/m.exec(audit.stdout.split('\n').slice(1).join('\n'))![1]!
+    const entry = JSON.parse((await idem(['audit', id, '--json'])).stdout)
+    expect(entry).toEqual(await (await api(admin.url, `/admin/api/audit/${id}`)).json())
+    expect(entry).toMatchObject({ actor: 'cli:night shift', action: 'force_expire', key: 'cli-named' })
+  })
+
+  test('the server\'s retention, not the shell\'s: IDEMPOTENCY_RETENTION_SECONDS=1 purge --yes leaves a live key replayable', async () => {
+    const id = identity({ tenant: 'acme', key: 'cli-live' })
     await db.sql`
       insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at, response_status, response_headers, response_body)
-      values ('acme', 'cli-live', 'POST', '/api/payments', ${'f'.repeat(64)}, 'done', now() - interval '1 minute', now() - interval '1 minute',
-              now() - interval '1 minute', 201, '{}'::jsonb, '{}')`
-    const purge = await idem(['purge'], { IDEMPOTENCY_RETENTION_SECONDS: '1', IDEMPOTENCY_TTL_SECONDS: '1' })
+      values ('acme', 'cli-live', ${id.method}, ${id.path}, ${id.fingerprint}, 'done', now() - interval '1 minute', now() - interval '1 minute',
+              now() - interval '1 minute', 201, '{}'::jsonb, '{"paid":true}')`
+    const purge = await idem(['purge', '--yes'], { IDEMPOTENCY_RETENTION_SECONDS: '1', IDEMPOTENCY_TTL_SECONDS: '1' })
     expect(purge.code).toBe(0)
     expect(purge.stderr).toContain('ignoring IDEMPOTENCY_RETENTION_SECONDS=1 from this shell: the server runs with 3600')
-    const [row] = await db.sql`select status from idempotency_keys where tenant = 'acme' and key = 'cli-live'`
-    expect(row?.status).toBe('done')
+    // The client's retry is still answered from the stored result, as the server would.
+    const retry = await claim(db.pools.short, id, { ttlSeconds: 30, retentionSeconds: RETENTION })
+    expect(retry).toMatchObject({ kind: 'replay', response: { status: 201, body: '{"paid":true}' } })
   })
 
   test('on a database no server has run on, operator commands refuse rather than guess the settings', async () => {
     const empty = await createTestDatabase('cli_empty')
     try {
-      const run = await idem(['purge'], { DATABASE_URL: empty.url })
+      const run = await idem(['purge', '--yes'], { DATABASE_URL: empty.url })
       expect(run.code).toBe(1)
       expect(run.stderr).toContain('start the service once')
     } finally {

@@ -62,6 +62,66 @@ export async function startProvider(faults: ProviderFaults = {}): Promise<Provid
   }
 }
 
+export interface GatedProvider extends ProviderHandle {
+  /** The next `count` charge requests wait at the gate (counted by `pending()` and `held()`) until `release()`; later ones pass. */
+  hold(count?: number): void
+  /** Lets every held charge through to the provider, and stops holding. */
+  release(): void
+  /** Charge requests waiting at the gate. */
+  held(): number
+}
+
+/**
+ * A provider whose charges a test can hold, instead of a delay that must be
+ * long enough on a busy machine: while held, a request stays claimed and
+ * in its foreign call for exactly as long as the test needs, then goes on at
+ * once. A proxy in front of the simulator (startProvider), in this process;
+ * it passes everything else through. Lost answers cannot go through a proxy,
+ * so there is no `lostResponseRate` here.
+ */
+export async function startGatedProvider(faults: Omit<ProviderFaults, 'lostResponseRate'> = {}): Promise<GatedProvider> {
+  const provider = await startProvider(faults)
+  let toHold = 0
+  const waiting = new Set<() => void>()
+  const proxy = Bun.serve({
+    hostname: '127.0.0.1',
+    port: 0,
+    async fetch(request) {
+      const { pathname, search } = new URL(request.url)
+      const body = request.method === 'GET' || request.method === 'HEAD' ? undefined : await request.arrayBuffer()
+      if (toHold > 0 && request.method === 'POST' && pathname === '/v1/charges') {
+        toHold--
+        await new Promise<void>((resolve) => waiting.add(resolve))
+      }
+      const headers = new Headers(request.headers)
+      for (const name of ['host', 'connection', 'content-length']) headers.delete(name)
+      const answer = await fetch(`${provider.url}${pathname}${search}`, { method: request.method, headers, ...(body ? { body } : {}), redirect: 'manual' })
+      const out = new Headers(answer.headers)
+      for (const name of ['content-length', 'content-encoding', 'transfer-encoding', 'connection']) out.delete(name)
+      return new Response(await answer.arrayBuffer(), { status: answer.status, headers: out })
+    },
+  })
+  const url = `http://127.0.0.1:${proxy.port}`
+  const release = () => {
+    toHold = 0
+    for (const go of waiting) go()
+    waiting.clear()
+  }
+  return {
+    url,
+    charges: (customer) => chargesAt(provider.url, customer),
+    pending: () => waiting.size + provider.pending(),
+    held: () => waiting.size,
+    hold: (count = Number.POSITIVE_INFINITY) => { toHold = count },
+    release,
+    async stop() {
+      release()
+      await proxy.stop(true)
+      await provider.stop()
+    },
+  }
+}
+
 /** Counts charges over the provider's own API, as an operator or a black-box test would. */
 export async function chargesAt(providerUrl: string, customer?: string): Promise<Charge[]> {
   const query = customer === undefined ? '' : `?customer=${encodeURIComponent(customer)}`

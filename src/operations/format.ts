@@ -1,4 +1,4 @@
-/** Small formatting helpers for the admin page; none of them returns markup. */
+/** Formatting for operators (page and CLI alike); none of it returns markup. */
 
 /** "45s", "12m 05s", "3h 07m", "2d 04h": what an operator reads at a glance. */
 export function formatAge(seconds: number): string {
@@ -12,12 +12,4 @@ export function formatAge(seconds: number): string {
 /** UTC, to the second: "2026-11-30 02:41:07Z". */
 export function formatTime(date: Date): string {
   return `${date.toISOString().slice(0, 19).replace('T', ' ')}Z`
-}
-
-/** A query string from the given pairs (empty values left out), starting with "?" or empty. */
-export function queryString(pairs: Record<string, string | undefined>): string {
-  const params = new URLSearchParams()
-  for (const [name, value] of Object.entries(pairs)) if (value) params.set(name, value)
-  const text = params.toString()
-  return text ? `?${text}` : ''
 }

@@ -1,6 +1,9 @@
-import type { Clock, Sql } from './types'
+import { stale } from '../core/policy'
+import { OperationInputError, type OperationsContext } from './context'
+import { decodeCursor, encodeCursor } from './cursor'
+import { filterConditions, type KeyFilters } from './filters'
 
-/** One key in processing, as an operator sees it. */
+/** One key in processing, as an operator sees it in the list. */
 export interface ProcessingKey {
   readonly tenant: string
   readonly key: string
@@ -12,37 +15,26 @@ export interface ProcessingKey {
   readonly createdAt: Date
   readonly lockedAt: Date
   readonly ageSeconds: number
-  /** Older than the TTL: its worker may be gone (or is slow; force-expire tells which). */
+  /** Past the TTL (policy.ts): its worker has stopped at its deadline. */
   readonly stale: boolean
 }
 
-/** Where the previous page ended: keyset pagination, so page 500 costs what page 1 does. */
-export interface ProcessingCursor {
-  /** locked_at as PostgreSQL text, exact to the microsecond (a JS Date keeps only milliseconds). */
-  readonly lockedAt: string
-  readonly tenant: string
-  readonly key: string
-}
-
-export interface ListProcessingOptions extends Clock {
-  readonly ttlSeconds: number
-  readonly tenant?: string | undefined
-  readonly method?: string | undefined
-  readonly path?: string | undefined
-  readonly staleOnly?: boolean | undefined
-  readonly after?: ProcessingCursor | undefined
-  /** @default 50 */
-  readonly limit?: number | undefined
-}
-
-export interface ProcessingPage {
+export interface KeyPage {
   readonly keys: ProcessingKey[]
-  /** Present when more keys follow this page. */
-  readonly next: ProcessingCursor | undefined
+  /** An opaque cursor for the next page, when more keys follow. */
+  readonly nextCursor: string | undefined
 }
 
 /** A page is for a human or a script; 500 rows is already more than a screen. */
 export const MAX_PAGE_SIZE = 500
+export const DEFAULT_PAGE_SIZE = 50
+
+export interface PageRequest {
+  /** A cursor from the previous page's nextCursor. */
+  readonly cursor?: string | undefined
+  /** @default DEFAULT_PAGE_SIZE */
+  readonly limit?: number | undefined
+}
 
 interface Row {
   tenant: string
@@ -60,7 +52,7 @@ interface Row {
 
 /**
  * Lists keys in processing, oldest lease first, which puts every stale key
- * (older than the TTL) before the fresh ones.
+ * before the fresh ones.
  *
  * Reads only: takes no row lock, so it never delays a worker or a claim.
  * Order and keyset are (locked_at, tenant, key): unique, so no key is shown
@@ -68,29 +60,29 @@ interface Row {
  * idempotency_keys_processing (sql/00001) serves exactly this order, so a
  * deep page reads `limit` index entries, never the rows before it.
  */
-export async function listProcessing(sql: Sql, options: ListProcessingOptions): Promise<ProcessingPage> {
-  const limit = Math.min(Math.max(1, options.limit ?? 50), MAX_PAGE_SIZE)
-  const now = options.now ?? null
-  const after = options.after
+export async function listKeys(context: OperationsContext, filters: KeyFilters, page: PageRequest = {}): Promise<KeyPage> {
+  const { sql } = context
+  const limit = page.limit ?? DEFAULT_PAGE_SIZE
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE) throw new OperationInputError(`limit must be a whole number from 1 to ${MAX_PAGE_SIZE}`)
+  const after = page.cursor ? decodeCursor(page.cursor) : undefined
+  const now = context.now?.() ?? null
   const rows = await sql<Row[]>`
     with params as (select coalesce(${now}::timestamptz, now()) as now)
     select k.tenant, k.key, k.method, k.path, k.lease, k.attempts, k.created_at, k.locked_at,
            k.locked_at::text as locked_at_text,
            greatest(0, extract(epoch from (p.now - k.locked_at)))::float8 as age_seconds,
-           k.locked_at <= p.now - make_interval(secs => ${options.ttlSeconds}) as stale
+           ${stale(sql, sql`p.now`, context.ttlSeconds)} as stale
       from idempotency_keys k, params p
      where k.status = 'processing'
-       ${options.tenant ? sql`and k.tenant = ${options.tenant}` : sql``}
-       ${options.method ? sql`and k.method = ${options.method}` : sql``}
-       ${options.path ? sql`and k.path = ${options.path}` : sql``}
-       ${options.staleOnly ? sql`and k.locked_at <= p.now - make_interval(secs => ${options.ttlSeconds})` : sql``}
+       ${filterConditions(sql, filters)}
+       ${filters.staleOnly ? sql`and ${stale(sql, sql`p.now`, context.ttlSeconds)}` : sql``}
        ${after ? sql`and (k.locked_at, k.tenant, k.key) > (${after.lockedAt}::timestamptz, ${after.tenant}, ${after.key})` : sql``}
      order by k.locked_at, k.tenant, k.key
      limit ${limit + 1}`
-  const page = rows.slice(0, limit)
-  const last = page.at(-1)
+  const shown = rows.slice(0, limit)
+  const last = shown.at(-1)
   return {
-    keys: page.map((row) => ({
+    keys: shown.map((row) => ({
       tenant: row.tenant,
       key: row.key,
       method: row.method,
@@ -102,6 +94,6 @@ export async function listProcessing(sql: Sql, options: ListProcessingOptions): 
       ageSeconds: row.age_seconds,
       stale: row.stale,
     })),
-    next: rows.length > limit && last ? { lockedAt: last.locked_at_text, tenant: last.tenant, key: last.key } : undefined,
+    nextCursor: rows.length > limit && last ? encodeCursor({ lockedAt: last.locked_at_text, tenant: last.tenant, key: last.key }) : undefined,
   }
 }

@@ -1,0 +1,198 @@
+/**
+ * /admin: the HTML side. Sign-in is open; every other page needs the signed
+ * session cookie (derived before validation, so nothing is looked at without
+ * it), and every POST must come from our own origin with this session's CSRF
+ * token. Pages call src/operations and render views/*.tsx.
+ */
+import { html } from '@elysiajs/html'
+import { Elysia } from 'elysia'
+import { parseAuditFilters } from '../operations/audit'
+import { parseKeyFilters } from '../operations/filters'
+import { DEFAULT_PAGE_SIZE } from '../operations/list'
+import type { AdminDeps } from './api'
+import { CrossSiteError, NotFoundError, SignedOutError } from './errors'
+import { CONTENT_SECURITY_POLICY, type Operator } from './layout'
+import { auditHref, backFilters, backOf, keyHref, listHref } from './links'
+import { AuditEntryParams, AuditQuery, ConfirmExpireQuery, ConfirmExpireStaleQuery, CsrfForm, ExpireForm, ExpireStaleForm, KeyDetailQuery, KeyParams, KeyQuery, ListQuery, SignInForm, SignInQuery } from './schemas'
+import { readCookie, sameOrigin, SESSION_COOKIE, sessionCookie, validName, type Session } from './session'
+import { AuditEntryPage, AuditPage } from './views/audit'
+import { ConfirmExpirePage, ConfirmExpireStalePage, ConfirmPurgePage } from './views/confirm'
+import { KeyDetailPage } from './views/key-detail'
+import { KeysPage } from './views/keys'
+import { SignInPage } from './views/messages'
+
+/**
+ * 30 s: one default TTL, so a key turning stale shows up within one TTL, and
+ * a page left open on a wall screen costs the database one small indexed read
+ * per 30 s. The list alone refreshes; detail and confirmation pages never do.
+ */
+export const AUTO_REFRESH_SECONDS = 30
+const AUDIT_ON_KEYS_PAGE = 10
+const AUDIT_PAGE_SIZE = 50
+
+export const SECURITY_HEADERS: Readonly<Record<string, string>> = {
+  'content-security-policy': CONTENT_SECURITY_POLICY,
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  // same-origin, not no-referrer: with no-referrer a browser sends "Origin: null" on our own form posts.
+  'referrer-policy': 'same-origin',
+  'cache-control': 'no-store',
+}
+
+export function redirect(location: string, headers: Record<string, string> = {}): Response {
+  return new Response(null, { status: 303, headers: { location, 'cache-control': 'no-store', ...headers } })
+}
+
+const isHttps = (request: Request) => new URL(request.url).protocol === 'https:'
+
+/** Where to go after signing in: a path of ours under /admin, never elsewhere. */
+export function safeNext(next: string | undefined): string {
+  return next && next.length <= 2048 && /^\/admin(?:[/?]|$)/.test(next) && !/[\\\u0000-\u001f]/.test(next) ? next : '/admin'
+}
+
+type ResponseSet = { headers: Record<string, string | number>; status?: number | string }
+
+export function adminPages({ ops, keys }: AdminDeps) {
+  const page = (set: ResponseSet, extra: Record<string, string> = {}) => {
+    Object.assign(set.headers, { 'content-type': 'text/html; charset=utf-8' }, SECURITY_HEADERS, extra)
+  }
+  const operatorOf = (session: Session): Operator => ({ name: session.name, csrf: session.csrf })
+  const resultEntry = async (id: string | undefined) => (id ? ops.auditEntry(id) : undefined)
+
+  const signIn = new Elysia({ prefix: '/admin' })
+    .use(html({ autoDetect: false }))
+    .get('/login', ({ html, set, query }) => {
+      page(set)
+      return html(SignInPage({ next: query.next ? safeNext(query.next) : undefined }) as string)
+    }, { query: SignInQuery })
+    .post('/login', async ({ html, set, body, request }) => {
+      page(set)
+      const next = safeNext(body.next)
+      // Login CSRF: a foreign site must not sign a browser in under its own session either.
+      if (!sameOrigin(request)) {
+        set.status = 403
+        return html(await SignInPage({ error: 'Sign-in refused: the form was not sent from this page.', next }))
+      }
+      if (!keys.isAdminToken(body.token)) {
+        set.status = 401
+        return html(await SignInPage({ error: 'That is not the admin token.', next }))
+      }
+      const name = body.name?.trim() || 'operator'
+      const { cookie } = keys.issue(validName(name) ? name : 'operator')
+      return redirect(next, { 'set-cookie': sessionCookie(cookie, isHttps(request)) })
+    }, { body: SignInForm })
+
+  const signedIn = new Elysia({ prefix: '/admin' })
+    .use(html({ autoDetect: false }))
+    // Before validation and the handler: without a session nothing else is looked at;
+    // a state-changing request from another origin is refused before its body is judged.
+    .derive(({ request }) => {
+      const session = keys.verify(readCookie(request, SESSION_COOKIE))
+      if (!session) throw new SignedOutError()
+      if (request.method !== 'GET' && request.method !== 'HEAD' && !sameOrigin(request)) throw new CrossSiteError()
+      return { session, operator: operatorOf(session) }
+    })
+    .onBeforeHandle(({ request, body, session }) => {
+      if (request.method === 'GET' || request.method === 'HEAD') return
+      const csrf = (body as { csrf?: unknown } | undefined)?.csrf
+      if (!keys.isCsrf(session, typeof csrf === 'string' ? csrf : undefined)) throw new CrossSiteError()
+    })
+
+    .get('', async ({ html, set, query, operator }) => {
+      const filters = parseKeyFilters(query)
+      const paused = query.refresh === 'off'
+      const started = performance.now()
+      const [list, counts, audit, notice] = await Promise.all([
+        ops.list(filters, { cursor: query.after || undefined, limit: DEFAULT_PAGE_SIZE }),
+        ops.count(filters),
+        ops.audit({ tenant: filters.tenant, limit: AUDIT_ON_KEYS_PAGE }),
+        resultEntry(query.result),
+      ])
+      const queried = performance.now()
+      const refresh = paused ? 'off' : undefined
+      const body = await KeysPage({
+        operator,
+        counts,
+        ttlSeconds: ops.ttlSeconds,
+        filters,
+        keys: list.keys,
+        firstPage: !query.after,
+        nextHref: list.nextCursor ? listHref(filters, { after: list.nextCursor, refresh }) : undefined,
+        notice,
+        audit: audit.entries,
+        selfHref: listHref(filters, { after: query.after, refresh }),
+        refreshSeconds: paused ? undefined : AUTO_REFRESH_SECONDS,
+      })
+      // Server-Timing: the browser's network panel (and the 100k-row measurement) see where the time goes.
+      page(set, { 'server-timing': `db;dur=${(queried - started).toFixed(2)}, render;dur=${(performance.now() - queried).toFixed(2)}` })
+      return html(body)
+    }, { query: ListQuery })
+
+    .get('/keys/:tenant/:key', ({ html, set, params, query, operator }) => detailPage(params.tenant, params.key, query, operator).then((body) => { page(set); return html(body) }), { params: KeyParams, query: KeyDetailQuery })
+    .get('/key', ({ html, set, query, operator }) => detailPage(query.tenant, query.key, query, operator).then((body) => { page(set); return html(body) }), { query: KeyQuery })
+
+    .get('/confirm/expire', async ({ html, set, query, operator }) => {
+      const detail = await ops.show(query.tenant, query.key)
+      if (!detail) throw new NotFoundError('No key with this tenant and key: it was purged, or never existed.')
+      const back = backFilters(query.back)
+      page(set)
+      return html(await ConfirmExpirePage({ operator, detail, lease: query.lease, back: back ? backOf(back) : undefined }))
+    }, { query: ConfirmExpireQuery })
+    .get('/confirm/expire-stale', async ({ html, set, query, operator }) => {
+      const preview = await ops.previewExpireStale(parseKeyFilters({ tenant: query.tenant }).tenant)
+      page(set)
+      return html(await ConfirmExpireStalePage({ operator, preview }))
+    }, { query: ConfirmExpireStaleQuery })
+    .get('/confirm/purge', async ({ html, set, operator }) => {
+      const preview = await ops.previewPurge()
+      page(set)
+      return html(await ConfirmPurgePage({ operator, preview }))
+    })
+
+    .get('/audit', async ({ html, set, query, operator }) => {
+      const filters = parseAuditFilters(query)
+      const result = await ops.audit({ ...filters, limit: AUDIT_PAGE_SIZE })
+      page(set)
+      return html(await AuditPage({ operator, entries: result.entries, filters, nextHref: result.nextBefore ? auditHref(filters, result.nextBefore) : undefined }))
+    }, { query: AuditQuery })
+    .get('/audit/:id', async ({ html, set, params, operator }) => {
+      const entry = await ops.auditEntry(params.id)
+      if (!entry) throw new NotFoundError('No audit entry with this id.')
+      page(set)
+      return html(await AuditEntryPage({ operator, entry }))
+    }, { params: AuditEntryParams })
+
+    .post('/keys/expire', async ({ body, session }) => {
+      const result = await ops.forceExpire({ tenant: body.tenant, key: body.key, lease: body.lease }, `admin:${session.name}`)
+      const back = backFilters(body.back)
+      return redirect(keyHref(body.tenant, body.key, { result: result.auditId, back: back ? backOf(back) : undefined }))
+    }, { body: ExpireForm })
+    .post('/expire-stale', async ({ body, session }) => {
+      const tenant = parseKeyFilters({ tenant: body.tenant }).tenant
+      const result = await ops.expireStale({ asOf: new Date(body.as_of), tenant }, `admin:${session.name}`)
+      return redirect(listHref({ tenant, staleOnly: false }, { result: result.auditId }))
+    }, { body: ExpireStaleForm })
+    .post('/purge', async ({ session }) => {
+      const result = await ops.purge(`admin:${session.name}`)
+      return redirect(listHref({ staleOnly: false }, { result: result.auditId }))
+    }, { body: CsrfForm })
+    .post('/logout', ({ request }) => redirect('/admin/login', { 'set-cookie': sessionCookie('', isHttps(request), 0) }), { body: CsrfForm })
+
+  async function detailPage(tenant: string, key: string, query: { result?: string | undefined; back?: string | undefined }, operator: Operator): Promise<string> {
+    const [detail, notice] = await Promise.all([ops.show(tenant, key), resultEntry(query.result)])
+    if (!detail) throw new NotFoundError('No key with this tenant and key: it was purged, or never existed.')
+    const back = backFilters(query.back)
+    return KeyDetailPage({
+      operator,
+      detail,
+      ttlSeconds: ops.ttlSeconds,
+      retentionSeconds: ops.retentionSeconds,
+      // Only the notice of an action on this very key.
+      notice: notice && notice.tenant === tenant && notice.key === key ? notice : undefined,
+      back,
+      backQuery: back ? backOf(back) : undefined,
+    }) as Promise<string>
+  }
+
+  return new Elysia({ name: 'admin-pages' }).use(signIn).use(signedIn)
+}

@@ -1,0 +1,101 @@
+/**
+ * What operators change, each recording its audit entry in one place: the
+ * statement that acts (force-expire, expire-stale: the action and its record
+ * commit together) or one entry after it (purge). The forced-expirations
+ * metric is read from that trail, so the page, the JSON API and the CLI all
+ * count (metrics/forced-expirations.ts).
+ */
+import { recordAudit } from '../core/audit'
+import { expireStale, type ExpireStaleResult } from '../core/expire-stale'
+import { forceExpire, type ExpireTarget, type ForceExpireResult } from '../core/force-expire'
+import { expired, releasedExpired, stale } from '../core/policy'
+import { purgeExpired } from '../core/purge'
+import type { OperationsContext } from './context'
+import type { KeyFilters } from './filters'
+import { listKeys, type ProcessingKey } from './list'
+
+export type { ExpireStaleResult, ExpireTarget, ForceExpireResult }
+
+/** Force-expires one processing key, conditional on the lease the operator saw (core/force-expire.ts). */
+export function forceExpireKey(context: OperationsContext, target: ExpireTarget, actor: string): Promise<ForceExpireResult> {
+  return forceExpire(context.sql, target, actor, { ttlSeconds: context.ttlSeconds, now: context.now?.() })
+}
+
+/** Keys the confirmation of an expire-all-stale names one by one; the rest are counted. */
+export const PREVIEW_LISTED = 20
+
+export interface ExpireStalePreview {
+  /** The instant the count was taken: confirming expires only keys already stale then. */
+  readonly asOf: Date
+  readonly tenant: string | undefined
+  readonly stale: number
+  /** The oldest of them, up to PREVIEW_LISTED. */
+  readonly keys: readonly ProcessingKey[]
+  readonly ttlSeconds: number
+}
+
+/** What an expire-all-stale would do now: for the confirmation step. Reads only. */
+export async function previewExpireStale(context: OperationsContext, tenant: string | undefined): Promise<ExpireStalePreview> {
+  const { sql } = context
+  const [row] = await sql<{ as_of: Date; stale: number }[]>`
+    with params as (select coalesce(${context.now?.() ?? null}::timestamptz, now()) as now)
+    select p.now as as_of,
+           (select count(*)::int from idempotency_keys k
+             where ${stale(sql, sql`p.now`, context.ttlSeconds)} ${tenant ? sql`and k.tenant = ${tenant}` : sql``}) as stale
+      from params p`
+  const asOf = row!.as_of
+  const filters: KeyFilters = { tenant, staleOnly: true }
+  const page = await listKeys({ ...context, now: () => asOf }, filters, { limit: PREVIEW_LISTED })
+  return { asOf, tenant, stale: row!.stale, keys: page.keys, ttlSeconds: context.ttlSeconds }
+}
+
+/** Expires every key stale at `asOf` (default now), skipping live workers' (core/expire-stale.ts). */
+export function expireStaleKeys(context: OperationsContext, options: { asOf?: Date | undefined; tenant?: string | undefined }, actor: string): Promise<ExpireStaleResult> {
+  return expireStale(context.sql, { ttlSeconds: context.ttlSeconds, asOf: options.asOf ?? context.now?.(), tenant: options.tenant }, actor)
+}
+
+export interface PurgePreview {
+  readonly asOf: Date
+  /** Completed keys past retention: no longer replayed, a claim already treats them as new. */
+  readonly done: number
+  /** Released keys past retention (counted from their release). */
+  readonly released: number
+  readonly retentionSeconds: number
+}
+
+/** What a purge would delete now: for the confirmation step. Reads only (two index ranges). */
+export async function previewPurge(context: OperationsContext): Promise<PurgePreview> {
+  const { sql } = context
+  const now = context.now?.() ?? null
+  const [row] = await sql<{ as_of: Date; done: number; released: number }[]>`
+    select coalesce(${now}::timestamptz, now()) as as_of,
+           (select count(*)::int from idempotency_keys k where ${expired(sql, now, context.retentionSeconds)}) as done,
+           (select count(*)::int from idempotency_keys k where ${releasedExpired(sql, now, context.retentionSeconds)}) as released`
+  return { asOf: row!.as_of, done: row!.done, released: row!.released, retentionSeconds: context.retentionSeconds }
+}
+
+/** Rows per batch and batches per call of an operator-triggered purge (the background job is the usual way). */
+const MANUAL_PURGE_BATCH = 500
+const MANUAL_PURGE_MAX_BATCHES = 2_000
+
+export interface PurgeResult {
+  readonly purged: number
+  readonly auditId: string
+}
+
+/**
+ * Purges every key past the server's retention now, batch by batch
+ * (core/purge.ts), and records one audit entry. Nothing the service would
+ * still replay is deleted: the retention is the server's, never the caller's.
+ */
+export async function purgeKeys(context: OperationsContext, actor: string): Promise<PurgeResult> {
+  let purged = 0
+  for (let batch = 0; batch < MANUAL_PURGE_MAX_BATCHES; batch++) {
+    const deleted = await purgeExpired(context.sql, { retentionSeconds: context.retentionSeconds, batchSize: MANUAL_PURGE_BATCH, now: context.now?.() })
+    purged += deleted
+    if (deleted > 0) context.purgedKeys?.inc(deleted)
+    if (deleted < MANUAL_PURGE_BATCH) break
+  }
+  const auditId = await recordAudit(context.sql, { actor, action: 'purge_expired', outcome: 'done', detail: { purged, retention_seconds: context.retentionSeconds } })
+  return { purged, auditId }
+}

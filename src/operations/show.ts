@@ -1,0 +1,198 @@
+import { downstreamKey } from '../core/downstream-key'
+import { deadlineOf, expired, forceExpirable, ownerAliveCondition, PROCESS_ALIVE_SECONDS, releasedExpired, retentionEndOf, stale } from '../core/policy'
+import type { KeyStatus } from '../core/types'
+import type { OperationsContext } from './context'
+
+/** What a force-expire of this key would do now (the confirmation step shows it). */
+export type ExpirePreview =
+  /** Processing, and past its deadline or its owner is gone: it would be released. */
+  | 'expire'
+  /** Processing, within its deadline, owner alive: it would be refused. */
+  | 'worker_alive'
+  /** Not processing (done or released): nothing to expire. */
+  | 'not_processing'
+
+export interface OwnerProcess {
+  readonly id: string
+  /** Absent when the process row is gone (the process stopped cleanly, or a day passed). */
+  readonly pid: number | null
+  readonly hostname: string | null
+  readonly startedAt: Date | null
+  readonly heartbeatAt: Date | null
+  readonly heartbeatAgeSeconds: number | null
+  /** A heartbeat within PROCESS_ALIVE_SECONDS. */
+  readonly alive: boolean
+}
+
+export interface PaymentSummary {
+  readonly id: string
+  readonly amount: string
+  readonly currency: string
+  readonly customer: string
+  readonly description: string | null
+  readonly status: string
+  readonly providerReference: string
+  readonly createdAt: Date
+}
+
+export interface KeyDetail {
+  readonly tenant: string
+  readonly key: string
+  readonly status: KeyStatus
+  readonly method: string
+  readonly path: string
+  /** sha256 of method, path and canonical body: what the service keeps of the request. */
+  readonly fingerprint: string
+  readonly lease: string
+  readonly attempts: number
+  /** The logical request; kept across reclaims and releases of the same request. */
+  readonly requestId: string
+  /** The Idempotency-Key the service sends the provider for this request (downstream-key.ts): ask the provider with it. */
+  readonly downstreamKey: string
+  readonly createdAt: Date
+  readonly lockedAt: Date
+  readonly completedAt: Date | null
+  readonly releasedAt: Date | null
+  /** Seconds since the current lease was taken. */
+  readonly ageSeconds: number
+  readonly stale: boolean
+  /** Processing only: when the lease reaches the TTL (the worker stops a margin before). */
+  readonly deadline: Date | null
+  /** Done and released only: when the key leaves its retention (no longer replayed, purged). */
+  readonly retentionEndsAt: Date | null
+  readonly pastRetention: boolean
+  /** The process holding the lease; null when nobody holds it, or the claimer had no heartbeat. */
+  readonly owner: OwnerProcess | null
+  readonly expirePreview: ExpirePreview
+  /** Done only: the stored answer that is replayed (its body cut to MAX_BODY_SHOWN characters). */
+  readonly response: { readonly status: number; readonly body: string; readonly truncated: boolean } | null
+  /** Done only, when its answer names a payment of this tenant made under this key. */
+  readonly payment: PaymentSummary | null
+}
+
+/** Enough of a stored answer to read it; the rest is the same payment JSON. */
+export const MAX_BODY_SHOWN = 4_000
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+interface Row {
+  tenant: string
+  key: string
+  status: KeyStatus
+  method: string
+  path: string
+  fingerprint: string
+  lease: string
+  attempts: number
+  request_id: string
+  owner: string | null
+  created_at: Date
+  locked_at: Date
+  completed_at: Date | null
+  released_at: Date | null
+  response_status: number | null
+  response_body: string | null
+  age_seconds: number
+  stale: boolean
+  expirable: boolean
+  past_retention: boolean
+  owner_alive: boolean
+  pid: number | null
+  hostname: string | null
+  started_at: Date | null
+  heartbeat_at: Date | null
+  heartbeat_age_seconds: number | null
+}
+
+/**
+ * One key in any state, with what an operator needs to decide about it: its
+ * lease and attempts, its owner process and heartbeat, its deadline, what a
+ * force-expire would do now (the same conditions force-expire.ts acts on),
+ * the downstream key to ask the provider with, and for a completed payment
+ * the payment itself. Reads only: a primary-key lookup, the owner's row, and
+ * for a done key the payment by its id.
+ *
+ * What it cannot show: the request body of a key that has not completed. The
+ * service stores only its fingerprint (and the provider call carries the
+ * downstream key, not the request), so the request summary of a payment
+ * comes from the payment, which exists once the key is done.
+ */
+export async function showKey(context: OperationsContext, tenant: string, key: string): Promise<KeyDetail | undefined> {
+  const { sql } = context
+  const now = context.now?.() ?? null
+  const [row] = await sql<Row[]>`
+    with params as (select coalesce(${now}::timestamptz, now()) as now)
+    select k.tenant, k.key, k.status, k.method, k.path, k.fingerprint, k.lease::text as lease, k.attempts,
+           k.request_id::text as request_id, k.owner::text as owner,
+           k.created_at, k.locked_at, k.completed_at, k.released_at, k.response_status,
+           left(k.response_body, ${MAX_BODY_SHOWN + 1}) as response_body,
+           greatest(0, extract(epoch from (params.now - k.locked_at)))::float8 as age_seconds,
+           ${stale(sql, sql`params.now`, context.ttlSeconds)} as stale,
+           (k.status = 'processing' and ${forceExpirable(sql, now, context.ttlSeconds)}) as expirable,
+           (${expired(sql, sql`params.now`, context.retentionSeconds)} or ${releasedExpired(sql, sql`params.now`, context.retentionSeconds)}) as past_retention,
+           ${ownerAliveCondition(sql, now)} as owner_alive,
+           pr.pid, pr.hostname, pr.started_at, pr.heartbeat_at,
+           greatest(0, extract(epoch from (params.now - pr.heartbeat_at)))::float8 as heartbeat_age_seconds
+      from idempotency_keys k
+     cross join params
+      left join idempotency_processes pr on pr.id = k.owner
+     where k.tenant = ${tenant} and k.key = ${key}`
+  if (!row) return undefined
+  const payment = row.status === 'done' ? await paymentOf(context, row) : null
+  const body = row.response_body
+  return {
+    tenant: row.tenant,
+    key: row.key,
+    status: row.status,
+    method: row.method,
+    path: row.path,
+    fingerprint: row.fingerprint,
+    lease: row.lease,
+    attempts: row.attempts,
+    requestId: row.request_id,
+    downstreamKey: downstreamKey({ tenant: row.tenant, key: row.key, requestId: row.request_id }),
+    createdAt: row.created_at,
+    lockedAt: row.locked_at,
+    completedAt: row.completed_at,
+    releasedAt: row.released_at,
+    ageSeconds: row.age_seconds,
+    stale: row.stale,
+    deadline: row.status === 'processing' ? deadlineOf(row.locked_at, context.ttlSeconds) : null,
+    retentionEndsAt: row.completed_at ?? row.released_at ? retentionEndOf((row.completed_at ?? row.released_at)!, context.retentionSeconds) : null,
+    pastRetention: row.past_retention,
+    owner: row.owner === null ? null : {
+      id: row.owner,
+      pid: row.pid,
+      hostname: row.hostname,
+      startedAt: row.started_at,
+      heartbeatAt: row.heartbeat_at,
+      heartbeatAgeSeconds: row.heartbeat_age_seconds,
+      alive: row.owner_alive,
+    },
+    expirePreview: row.status !== 'processing' ? 'not_processing' : row.expirable ? 'expire' : 'worker_alive',
+    response: row.response_status !== null && body !== null
+      ? { status: row.response_status, body: body.slice(0, MAX_BODY_SHOWN), truncated: body.length > MAX_BODY_SHOWN }
+      : null,
+    payment,
+  }
+}
+
+/** The payment a completed key's stored answer names (its `id`), if it is this tenant's and was made under this key. */
+async function paymentOf(context: OperationsContext, row: Row): Promise<PaymentSummary | null> {
+  let id: unknown
+  try {
+    id = (JSON.parse(row.response_body ?? '') as { id?: unknown }).id
+  } catch {
+    return null
+  }
+  if (typeof id !== 'string' || !UUID.test(id)) return null
+  const [payment] = await context.sql<{ id: string; amount: string; currency: string; customer: string; description: string | null; status: string; provider_ref: string; created_at: Date }[]>`
+    select id::text, amount::text, currency, customer, description, status, provider_ref, created_at
+      from payments
+     where id = ${id} and tenant = ${row.tenant} and idempotency_key = ${row.key}`
+  return payment
+    ? { id: payment.id, amount: payment.amount, currency: payment.currency, customer: payment.customer, description: payment.description, status: payment.status, providerReference: payment.provider_ref, createdAt: payment.created_at }
+    : null
+}
+
+/** Why an owner counts as gone: for the detail page and the CLI. */
+export const OWNER_ALIVE_SECONDS = PROCESS_ALIVE_SECONDS
