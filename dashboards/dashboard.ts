@@ -8,6 +8,7 @@ import {
   PANELS, SELECTED, conflictRatio, duplicateEntities, forcedExpirations, gaugesRefreshFailed,
   latencyQuantile, oldestProcessingAge, outcomes, staleKeys,
 } from './queries'
+import { ASSUMED_TTL_SECONDS } from './settings'
 
 /** The dashboard's uid: Grafana alerts link to it (__dashboardUid__). */
 export const DASHBOARD_UID = 'idempotent-post'
@@ -82,7 +83,7 @@ export function buildDashboard(): dashboard.Dashboard {
 
     .withRow(new dashboard.RowBuilder('Keys (computed in PostgreSQL, the same from every instance)'))
     .withPanel(single('Stale processing keys', `Keys in processing past the TTL: their worker is probably gone and no retry reclaimed them. The alert fires after ${STALE_KEYS_FOR_SECONDS} s.`, 'none', `sum(${staleKeys(SELECTED)})`, 'stale', 1))
-    .withPanel(single('Oldest processing age', 'Age of the oldest lease in processing; above the TTL it is stale.', 's', oldestProcessingAge(SELECTED), 'oldest', 30))
+    .withPanel(single('Oldest processing age', 'Age of the oldest lease in processing; above the TTL it is stale.', 's', oldestProcessingAge(SELECTED), 'oldest', ASSUMED_TTL_SECONDS))
     .withPanel(single('Duplicate entities (last hour)', 'Completions that repeat the same request under another key: a client makes a new key per retry.', 'none', `sum(${duplicateEntities(SELECTED)})`, 'duplicates', 1))
     .withPanel(graph(PANELS.staleByTenant, 'Per tenant, so the owner of stuck keys is visible.', 'none')
       .withTarget(query(staleKeys(SELECTED), '{{tenant}}')))
