@@ -65,3 +65,57 @@ export function percentile(values: readonly number[], p: number): number {
   const sorted = [...values].sort((a, b) => a - b)
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!
 }
+
+export const round2 = (x: number) => Math.round(x * 100) / 100
+
+/** CPU microseconds spent by each side during a run (bench/cpu.ts). */
+export interface CpuTotals {
+  readonly serviceUs: number
+  readonly postgresUs: number
+  readonly providerUs: number
+  /** This process: autocannon. */
+  readonly loadGeneratorUs: number
+  /** Busy CPU of the whole machine that none of the above used: other work on a shared machine. */
+  readonly othersUs: number
+  /** Share (0..1) of all CPUs' time that was busy. */
+  readonly machineBusyShare: number
+  readonly seconds: number
+}
+
+export interface Throughput {
+  requests: number
+  rps: number
+  p50Ms: number
+  p99Ms: number
+  byStatus: Record<string, number>
+  errors: number
+  /** CPU per answered request, microseconds: the service process, its PostgreSQL backends, the provider simulator, the load generator. */
+  cpuUs: { service: number; postgres: number; provider: number; loadGenerator: number }
+  /** Share of the machine's CPU time that was busy, in % */
+  machineBusyPercent: number
+  /** CPUs' worth of work by other processes (not the run's) while this kind ran. */
+  othersCpus: number
+}
+
+/** Totals over the rounds of one kind: requests over seconds, percentiles over all answers, CPU per request. */
+export function summarize(results: readonly { load: LoadResult; cpu: CpuTotals }[]): Throughput {
+  const requests = results.reduce((sum, r) => sum + r.load.requests, 0)
+  const seconds = results.reduce((sum, r) => sum + r.load.seconds, 0)
+  const all = results.flatMap((r) => [...r.load.latencies.values()].flat())
+  const byStatus: Record<string, number> = {}
+  for (const { load } of results) for (const [status, count] of Object.entries(load.byStatus)) byStatus[status] = (byStatus[status] ?? 0) + count
+  const total = (field: keyof CpuTotals) => results.reduce((sum, r) => sum + r.cpu[field], 0)
+  const cpu = (field: keyof CpuTotals) => Math.round(total(field) / Math.max(1, requests))
+  const cpuSeconds = total('seconds')
+  return {
+    requests,
+    rps: Math.round(requests / seconds),
+    p50Ms: round2(percentile(all, 50)),
+    p99Ms: round2(percentile(all, 99)),
+    byStatus,
+    errors: results.reduce((sum, r) => sum + r.load.errors, 0),
+    cpuUs: { service: cpu('serviceUs'), postgres: cpu('postgresUs'), provider: cpu('providerUs'), loadGenerator: cpu('loadGeneratorUs') },
+    machineBusyPercent: Math.round((results.reduce((sum, r) => sum + r.cpu.machineBusyShare * r.cpu.seconds, 0) / cpuSeconds) * 100),
+    othersCpus: round2(total('othersUs') / 1e6 / cpuSeconds),
+  }
+}

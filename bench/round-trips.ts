@@ -21,9 +21,9 @@ export const paymentBody = (n: number) => ({ amount: 1000 + (n % 997), currency:
  * proxy between a second service process and PostgreSQL. Requests are sent
  * one at a time, so each request's statements are its own.
  */
-export async function measureRoundTrips(databaseUrl: string): Promise<RoundTrips> {
+export async function measureRoundTrips(databaseUrl: string, providerUrl: string): Promise<RoundTrips> {
   const counter = await startRoundTripCounter(databaseUrl)
-  const service = await startService(counter.url)
+  const service = await startService(counter.url, providerUrl)
   const sql = postgres(databaseUrl, { max: 1, onnotice: () => undefined })
   const post = (path: string, key: string | undefined, n: number) => fetch(`${service.url}${path}`, {
     method: 'POST',
@@ -37,7 +37,7 @@ export async function measureRoundTrips(databaseUrl: string): Promise<RoundTrips
     const before = counter.snapshot()
     for (let i = 0; i < count; i++) {
       const status = await send(i)
-      if (status !== expected) throw new Error(`round-trip count: expected ${expected}, got ${status}`)
+      if (status !== expected) throw new Error(`round-trip count: expected ${expected}, got ${status}; the service said:\n${service.output().slice(-2000)}`)
     }
     const after = counter.snapshot()
     const per = (field: keyof Counts) => Math.round(((after[field] - before[field]) / count) * 100) / 100
@@ -52,7 +52,7 @@ export async function measureRoundTrips(databaseUrl: string): Promise<RoundTrips
     const fresh = await measure(SAMPLES, (i) => post('/api/payments', key('fresh', i), i), 201)
     const replay = await measure(SAMPLES, (i) => post('/api/payments', key('fresh', i), i), 201)
     const baseline = await measure(SAMPLES, (i) => post('/bench/payments-baseline', undefined, i), 201)
-    // A key in flight: a processing row, as a live worker leaves it.
+    // A key in flight: a processing row, as a live worker leaves it (it holds no lock while it acts).
     const busy = 'rt-busy'
     await sql`
       insert into idempotency_keys (tenant, key, method, path, fingerprint, status)
@@ -68,10 +68,13 @@ export async function measureRoundTrips(databaseUrl: string): Promise<RoundTrips
 
 if (import.meta.main) {
   const { freshDatabase } = await import('./database')
+  const { startProvider } = await import('./provider')
   const db = await freshDatabase(() => undefined)
+  const provider = await startProvider(0)
   try {
-    console.log(await measureRoundTrips(db.url))
+    console.log(await measureRoundTrips(db.url, provider.url))
   } finally {
+    await provider.stop()
     await db.drop()
   }
 }

@@ -7,15 +7,22 @@ export const BENCH_TENANT = 'bench'
 export interface Service {
   readonly url: string
   readonly proc: Subprocess
+  /** Everything the service printed so far, for error messages. */
+  output(): string
   stop(): Promise<void>
 }
 
-/** Starts `bun src/main.ts` (the product as users run it) on a free port, with the bench-only baseline route. */
-export async function startService(databaseUrl: string, env: Record<string, string> = {}, bunArgs: string[] = []): Promise<Service> {
-  const { proc, url } = await spawnService({
+/**
+ * Starts `bun src/main.ts` (the product as users run it) on a free port, with
+ * the bench-only baseline route, against the given provider (the bench starts
+ * its own simulators, bench/provider.ts, so the service starts none).
+ */
+export async function startService(databaseUrl: string, providerUrl: string, env: Record<string, string> = {}, bunArgs: string[] = []): Promise<Service> {
+  const { proc, url, output } = await spawnService({
     command: [process.execPath, ...bunArgs, 'src/main.ts'],
     env: {
       DATABASE_URL: databaseUrl,
+      PAYMENT_PROVIDER_URL: providerUrl,
       API_KEYS: `${BENCH_TENANT}:${BENCH_API_KEY}`,
       ADMIN_TOKEN: 'bench-admin-token',
       BENCH_BASELINE_ROUTE: '1',
@@ -27,6 +34,7 @@ export async function startService(databaseUrl: string, env: Record<string, stri
   return {
     url,
     proc,
+    output,
     async stop() {
       proc.kill('SIGTERM')
       await proc.exited

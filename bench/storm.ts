@@ -1,0 +1,79 @@
+import type postgres from 'postgres'
+import { fingerprint } from '../src/core/fingerprint'
+import { percentile, round2, type CpuTotals, type LoadResult } from './load'
+import { paymentBody } from './round-trips'
+import { BENCH_TENANT } from './service'
+
+/** The storm: 300 concurrent retries of one key (the figure of the original issue), sent 10 times over for stable percentiles. */
+export const STORM_CONNECTIONS = 300
+export const STORM_WAVES = 10
+
+export type Load = (
+  path: string,
+  request: (n: number) => { body: string; key?: string },
+  extra: { connections?: number; amount?: number; durationS?: number },
+) => Promise<LoadResult>
+
+/**
+ * A key in flight, as a live worker leaves it while it waits on the provider:
+ * a `processing` row, young, and no lock (atomic phases: nothing is held across
+ * the foreign call). Then its retries: one wave of 300 at once, ten waves back
+ * to back on 300 connections, and 32 at a time for `moderateSeconds`.
+ * locked_at is refreshed before each phase, so the key never grows stale
+ * (reclaimable) on a slow machine.
+ */
+export async function runStorm(
+  sql: postgres.Sql, baseUrl: string, load: Load,
+  moderate: { connections: number; seconds: number; measure: (work: () => Promise<LoadResult>) => Promise<{ result: LoadResult; cpu: CpuTotals }> },
+) {
+  const key = 'storm-key'
+  const body = paymentBody(0)
+  await sql`
+    insert into idempotency_keys (tenant, key, method, path, fingerprint, status)
+    values (${BENCH_TENANT}, ${key}, 'POST', '/api/payments', ${fingerprint('POST', '/api/payments', body)}, 'processing')`
+  const young = () => sql`update idempotency_keys set locked_at = now() where tenant = ${BENCH_TENANT} and key = ${key}`
+  const request = () => ({ body: JSON.stringify(body), key })
+  await young()
+  const single = await load('/api/payments', request, { connections: STORM_CONNECTIONS, amount: STORM_CONNECTIONS })
+  await young()
+  const sustained = await load('/api/payments', request, { connections: STORM_CONNECTIONS, amount: STORM_CONNECTIONS * STORM_WAVES })
+  // The same retries, 32 at a time for a whole round (tens of thousands of answers, so one
+  // scheduling hiccup does not make the p99): the 409's own latency, without a 300-deep queue.
+  await young()
+  const before = await inProgressHistogram(baseUrl)
+  const { result: steady, cpu } = await moderate.measure(() => load('/api/payments', request, { connections: moderate.connections, durationS: moderate.seconds }))
+  const after = await inProgressHistogram(baseUrl)
+  // The service's own timing of the same 409s (from handler start to answer, no socket queues).
+  const served = (after.get('+Inf') ?? 0) - (before.get('+Inf') ?? 0)
+  const serverWithin10Ms = round2((((after.get('0.01') ?? 0) - (before.get('0.01') ?? 0)) / served) * 100)
+  const stats = (result: LoadResult) => {
+    const conflicts = result.latencies.get(409) ?? []
+    return {
+      requests: result.requests,
+      answered409: conflicts.length,
+      rps: Math.round(result.rps),
+      byStatus: result.byStatus,
+      p50Ms: round2(percentile(conflicts, 50)),
+      p99Ms: round2(percentile(conflicts, 99)),
+      maxMs: round2(Math.max(...conflicts)),
+    }
+  }
+  const perAnswer = (us: number) => Math.round(us / Math.max(1, steady.requests))
+  return {
+    singleWave: stats(single),
+    sustained: stats(sustained),
+    moderate: { ...stats(steady), serverWithin10Ms, cpuUs: { service: perAnswer(cpu.serviceUs), postgres: perAnswer(cpu.postgresUs), loadGenerator: perAnswer(cpu.loadGeneratorUs) }, machineBusyPercent: Math.round(cpu.machineBusyShare * 100) },
+  }
+}
+
+/** Cumulative bucket counts (by `le`) of the service's idempotency_request_duration_seconds for 409 in_progress. */
+async function inProgressHistogram(baseUrl: string): Promise<Map<string, number>> {
+  const text = await (await fetch(`${baseUrl}/metrics`)).text()
+  const buckets = new Map<string, number>()
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('idempotency_request_duration_seconds_bucket{') || !line.includes('outcome="in_progress"')) continue
+    const le = /le="([^"]+)"/.exec(line)?.[1]
+    if (le !== undefined) buckets.set(le, Number(line.split(' ').at(-1)))
+  }
+  return buckets
+}
