@@ -1,6 +1,7 @@
 /**
- * idempotentFetch against the live service (real process, real HTTP, real
- * PostgreSQL) with faults injected: connections dropped before and after the
+ * idempotentFetch against the live service (its app served on a real socket
+ * in this process: real HTTP, real PostgreSQL, a real provider simulator)
+ * with faults injected: connections dropped before and after the
  * server did the work, a failing provider, a provider slower than the
  * client's patience. Every check counts payments in the database: exactly one
  * per logical operation.
@@ -8,12 +9,12 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { idempotentFetch, type IdempotentFetchOptions, type RetryEvent } from '../../src/client'
 import { createTestDatabase, type TestDatabase } from '../support/db'
+import { startApp, type AppOptions, type InProcessService } from '../support/app'
 import { payment } from '../support/http'
-import { startServer, type ServerProcess } from '../support/server'
 import { startFaultProxy } from './fault-proxy'
 
 let db: TestDatabase
-const servers: ServerProcess[] = []
+const servers: InProcessService[] = []
 beforeAll(async () => {
   db = await createTestDatabase('client_live')
 })
@@ -22,10 +23,11 @@ afterAll(async () => {
   await db?.drop()
 })
 
-async function server(env: Record<string, string> = {}): Promise<ServerProcess> {
-  const started = await startServer(db.url, env)
+/** The service listening on a free port; no process boundary is under test here, only HTTP. */
+async function server(options: AppOptions = {}): Promise<{ url: string }> {
+  const started = await startApp(db, options)
   servers.push(started)
-  return started
+  return { url: started.listen() }
 }
 
 interface Operation {
@@ -87,7 +89,7 @@ describe('idempotentFetch against the live service', () => {
   })
 
   test('a provider that fails 60% of the time: released keys are retried to exactly one payment each', async () => {
-    const live = await server({ PAYMENT_PROVIDER_FAILURE_RATE: '0.6' })
+    const live = await server({ faults: { failureRate: 0.6 } })
     // 0.6^30 ≈ 2e-7: no operation runs out of attempts by bad luck.
     const operations = await Promise.all(Array.from({ length: 15 }, (_, i) => pay(live.url, `cus_fail_${i}`, { ...QUICK, maxAttempts: 30 })))
     const failures = operations.flatMap((op) => op.retries).filter((r) => r.status === 502).length
@@ -97,7 +99,7 @@ describe('idempotentFetch against the live service', () => {
 
   test('a provider slower than the client’s patience: 409s, then the one payment', async () => {
     // TTL 2 s keeps Retry-After short; the provider takes 600 ms, each attempt waits only 150 ms.
-    const live = await server({ PAYMENT_PROVIDER_DELAY_MS: '600', IDEMPOTENCY_TTL_SECONDS: '2' })
+    const live = await server({ faults: { delayMs: 600 }, env: { IDEMPOTENCY_TTL_SECONDS: '2' } })
     const operations = await Promise.all(Array.from({ length: 8 }, (_, i) =>
       pay(live.url, `cus_slow_${i}`, { ...QUICK, maxAttempts: 50, attemptTimeoutMs: 150, maxRetryAfterMs: 100 })))
     const conflicts = operations.flatMap((op) => op.retries).filter((r) => r.status === 409)

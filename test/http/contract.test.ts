@@ -1,30 +1,55 @@
 /**
- * Every row of SPEC.md's HTTP table, over real HTTP against a real server
- * process and a real PostgreSQL.
+ * Every row of SPEC.md's HTTP table, through the service's app in this
+ * process (`app.handle`, as elysia-html tests) and a real PostgreSQL; the
+ * body limits also over a real socket. No process boundary is under test
+ * here: the storm, chaos and shutdown suites run the service as a process.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
-import { json, payment, postPayment } from '../support/http'
-import { startServer, type ServerProcess } from '../support/server'
+import { json, payment, paymentRequest, type PostOptions } from '../support/http'
+import { createKey, identity } from '../support/keys'
+import { startGatedProvider, startProvider, type GatedProvider, type ProviderHandle } from '../support/server'
+import { track, waitFor, waitForClaims } from '../support/wait'
 
 let db: TestDatabase
-let server: ServerProcess
-let slow: ServerProcess
-let failing: ServerProcess
-const SLOW_MS = 1500
+/** Charges through a provider the tests can hold, so a request stays in processing exactly as long as a test needs. */
+let provider: GatedProvider
+let server: InProcessService
+let failingProvider: ProviderHandle
+let failing: InProcessService
 
 beforeAll(async () => {
   db = await createTestDatabase('contract')
-  ;[server, slow, failing] = await Promise.all([
-    startServer(db.url, { MAX_BODY_BYTES: '2048' }),
-    startServer(db.url, { PAYMENT_PROVIDER_DELAY_MS: String(SLOW_MS) }),
-    startServer(db.url, { PAYMENT_PROVIDER_FAILURE_RATE: '1' }),
+  ;[provider, failingProvider] = await Promise.all([startGatedProvider(), startProvider({ failureRate: 1 })])
+  ;[server, failing] = await Promise.all([
+    startApp(db, { env: { MAX_BODY_BYTES: '2048' }, provider }),
+    startApp(db, { provider: failingProvider }),
   ])
 })
 afterAll(async () => {
-  await Promise.all([server?.stop(), slow?.stop(), failing?.stop()])
+  await Promise.all([server?.stop(), failing?.stop()])
+  await Promise.all([provider?.stop(), failingProvider?.stop()])
   await db?.drop()
 })
+
+/** A client's payment POST, answered by the app in this process. */
+function postPayment(service: InProcessService, body: unknown, options: PostOptions = {}): Promise<Response> {
+  return service.handle(paymentRequest(service.url, body, options))
+}
+
+/**
+ * Sends a payment and resolves once it has claimed its key and waits at the
+ * provider, where it is held until `provider.release()`: the state "the
+ * first request is processing", reached by signal rather than by a delay.
+ */
+async function processing(key: string, body: unknown, apiKey = 'acme-key', tenant = 'acme') {
+  provider.hold(1)
+  const first = track(postPayment(server, body, { key, apiKey }))
+  await waitForClaims(db.sql, [key], tenant)
+  await waitFor(() => provider.held() === 1, 'the first request to be held at the provider')
+  return first
+}
 
 /** Keys that hold a claim or an answer (a released key holds neither), and payments. */
 async function counts(key?: string) {
@@ -46,7 +71,7 @@ async function expectProblem(response: Response, status: number) {
 
 describe('POST /api/payments', () => {
   test('first request: 201 with Location and the payment', async () => {
-    const response = await postPayment(server.url, payment({ amount: 4200, description: 'Order #1' }))
+    const response = await postPayment(server, payment({ amount: 4200, description: 'Order #1' }))
     expect(response.status).toBe(201)
     const body = await json(response)
     expect(body).toMatchObject({ amount: 4200, currency: 'EUR', customer: 'cus_1', description: 'Order #1', status: 'succeeded' })
@@ -56,10 +81,10 @@ describe('POST /api/payments', () => {
 
   test('same key, same request after it finished: the first answer byte for byte, marked replayed', async () => {
     const key = `replay-${crypto.randomUUID()}`
-    const first = await postPayment(server.url, payment(), { key })
+    const first = await postPayment(server, payment(), { key })
     const firstBody = await first.text()
     // Key order and white space differ: still the same request.
-    const again = await postPayment(server.url, '{ "customer" : "cus_1",\n "currency":"EUR", "amount": 1250 }', { key })
+    const again = await postPayment(server, '{ "customer" : "cus_1",\n "currency":"EUR", "amount": 1250 }', { key })
     expect(again.status).toBe(first.status)
     expect(await again.text()).toBe(firstBody)
     expect(again.headers.get('idempotent-replayed')).toBe('true')
@@ -69,9 +94,8 @@ describe('POST /api/payments', () => {
 
   test('same key while the first is processing: 409 at once with Retry-After', async () => {
     const key = `busy-${crypto.randomUUID()}`
-    const first = postPayment(slow.url, payment(), { key })
-    await Bun.sleep(200) // the first has claimed the key and waits on the provider
-    const retry = await postPayment(server.url, payment(), { key })
+    const first = await processing(key, payment())
+    const retry = await postPayment(server, payment(), { key })
     const problem = await expectProblem(retry, 409)
     expect(problem.code).toBe('in-progress')
     const retryAfter = Number(retry.headers.get('retry-after'))
@@ -79,36 +103,61 @@ describe('POST /api/payments', () => {
     expect(retryAfter).toBeGreaterThanOrEqual(1)
     expect(retryAfter).toBeLessThanOrEqual(30)
     // Answered while the first still runs: it did not wait on the worker's lock.
-    const firstResponse = await Promise.race([first, Bun.sleep(0).then(() => 'still running')])
-    expect(firstResponse).toBe('still running')
-    expect((await first).status).toBe(201)
+    expect(first.settled() ? 'finished' : 'still running').toBe('still running')
+    provider.release()
+    expect((await first.promise).status).toBe(201)
     expect(await counts(key)).toEqual({ keys: 1, payments: 1 })
   })
 
   test('same key, different request: 422 whether the first is finished or still processing', async () => {
     const key = `mismatch-${crypto.randomUUID()}`
-    expect((await postPayment(server.url, payment({ amount: 100 }), { key })).status).toBe(201)
-    await expectProblem(await postPayment(server.url, payment({ amount: 101 }), { key }), 422)
-    await expectProblem(await postPayment(server.url, payment({ amount: 100, description: 'x' }), { key }), 422)
+    expect((await postPayment(server, payment({ amount: 100 }), { key })).status).toBe(201)
+    await expectProblem(await postPayment(server, payment({ amount: 101 }), { key }), 422)
+    await expectProblem(await postPayment(server, payment({ amount: 100, description: 'x' }), { key }), 422)
 
     const busy = `mismatch-busy-${crypto.randomUUID()}`
-    const first = postPayment(slow.url, payment({ amount: 100 }), { key: busy })
-    await Bun.sleep(200)
-    await expectProblem(await postPayment(server.url, payment({ amount: 999 }), { key: busy }), 422)
-    expect((await first).status).toBe(201)
+    const first = await processing(busy, payment({ amount: 100 }))
+    await expectProblem(await postPayment(server, payment({ amount: 999 }), { key: busy }), 422)
+    expect(first.settled()).toBe(false)
+    provider.release()
+    expect((await first.promise).status).toBe(201)
     expect(await counts(busy)).toEqual({ keys: 1, payments: 1 })
   })
 
-  test('another path under the same key is a different request', async () => {
-    const key = `path-${crypto.randomUUID()}`
-    expect((await postPayment(server.url, payment(), { key })).status).toBe(201)
-    const other = await fetch(`${server.url}/api/payments?x=1`, {
+  test('a trailing slash is the same path: the same request, replayed', async () => {
+    const key = `slash-${crypto.randomUUID()}`
+    const first = await postPayment(server, payment(), { key })
+    expect(first.status).toBe(201)
+    const request = paymentRequest(server.url, payment(), { key })
+    const slash = await server.handle(new Request(`${server.url}/api/payments/`, { method: 'POST', headers: request.headers, body: JSON.stringify(payment()) }))
+    expect(slash.status).toBe(201)
+    expect(slash.headers.get('idempotent-replayed')).toBe('true')
+    expect(await slash.text()).toBe(await first.text())
+    expect(await counts(key)).toEqual({ keys: 1, payments: 1 })
+  })
+
+  test('the query string is not part of the request: the same request, replayed', async () => {
+    const key = `query-${crypto.randomUUID()}`
+    expect((await postPayment(server, payment(), { key })).status).toBe(201)
+    const other = await server.fetch('/api/payments?x=1', {
       method: 'POST',
       headers: { authorization: 'Bearer acme-key', 'content-type': 'application/json', 'idempotency-key': key },
       body: JSON.stringify(payment()),
     })
     // The query string is not part of the path: this is the same request.
     expect(other.headers.get('idempotent-replayed')).toBe('true')
+  })
+
+  test('a key first used on another path is a different request: 422, whether that one is done or processing', async () => {
+    // The service has one POST route; the key's first request is put in place as
+    // another route of the same tenant would have left it, with the same body.
+    for (const status of ['done', 'processing'] as const) {
+      const key = `path-${status}-${crypto.randomUUID()}`
+      await createKey(db.sql, identity({ key, path: '/api/refunds', body: payment() }), { status })
+      const problem = await expectProblem(await postPayment(server, payment(), { key }), 422)
+      expect(problem.code).toBe('idempotency-key-reused')
+      expect(await counts(key)).toEqual({ keys: 1, payments: 0 })
+    }
   })
 
   const badKeys: [string, string | null][] = [
@@ -123,8 +172,8 @@ describe('POST /api/payments', () => {
       const before = await counts()
       const headers: Record<string, string> = { authorization: 'Bearer acme-key', 'content-type': 'application/json' }
       if (key !== null) headers['idempotency-key'] = key
-      const response = await fetch(`${server.url}/api/payments`, { method: 'POST', headers, body: JSON.stringify(payment()) }).catch(() => undefined)
-      // fetch itself refuses to send some header values; the server must never see them then.
+      const response = await (async () => server.fetch('/api/payments', { method: 'POST', headers, body: JSON.stringify(payment()) }))().catch(() => undefined)
+      // Request itself refuses some header values (as fetch does); the server must never see them then.
       if (response) await expectProblem(response, 400)
       expect(await counts()).toEqual(before)
     })
@@ -132,7 +181,7 @@ describe('POST /api/payments', () => {
 
   test('Idempotency-Key of exactly 255 printable characters is accepted', async () => {
     const key = '!~'.repeat(127) + 'x'
-    expect((await postPayment(server.url, payment(), { key })).status).toBe(201)
+    expect((await postPayment(server, payment(), { key })).status).toBe(201)
   })
 
   const badBodies: [string, string][] = [
@@ -156,62 +205,63 @@ describe('POST /api/payments', () => {
   for (const [name, body] of badBodies) {
     test(`body with ${name}: 400 problem+json, nothing stored`, async () => {
       const key = `bad-${crypto.randomUUID()}`
-      await expectProblem(await postPayment(server.url, body, { key }), 400)
+      await expectProblem(await postPayment(server, body, { key }), 400)
       expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
     })
   }
 
   test('a 500-character description and a 64-character customer are accepted', async () => {
-    const response = await postPayment(server.url, payment({ description: 'd'.repeat(500), customer: 'c'.repeat(64), amount: 1e12 }))
+    const response = await postPayment(server, payment({ description: 'd'.repeat(500), customer: 'c'.repeat(64), amount: 1e12 }))
     expect(response.status).toBe(201)
   })
 
   test('Content-Type other than application/json: 415, nothing stored', async () => {
     const key = `ct-${crypto.randomUUID()}`
-    await expectProblem(await postPayment(server.url, JSON.stringify(payment()), { key, contentType: 'text/plain' }), 415)
-    await expectProblem(await postPayment(server.url, JSON.stringify(payment()), { key, contentType: 'application/x-www-form-urlencoded' }), 415)
+    await expectProblem(await postPayment(server, JSON.stringify(payment()), { key, contentType: 'text/plain' }), 415)
+    await expectProblem(await postPayment(server, JSON.stringify(payment()), { key, contentType: 'application/x-www-form-urlencoded' }), 415)
     expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
-    expect((await postPayment(server.url, payment(), { key, contentType: 'application/json; charset=utf-8' })).status).toBe(201)
+    expect((await postPayment(server, payment(), { key, contentType: 'application/json; charset=utf-8' })).status).toBe(201)
   })
 
   test('no or wrong bearer token: 401', async () => {
     const key = `auth-${crypto.randomUUID()}`
-    await expectProblem(await postPayment(server.url, payment(), { key, apiKey: null }), 401)
-    await expectProblem(await postPayment(server.url, payment(), { key, apiKey: 'wrong' }), 401)
-    await expectProblem(await postPayment(server.url, payment(), { key, headers: { authorization: 'Basic YWNtZTphY21lLWtleQ==' }, apiKey: null }), 401)
+    await expectProblem(await postPayment(server, payment(), { key, apiKey: null }), 401)
+    await expectProblem(await postPayment(server, payment(), { key, apiKey: 'wrong' }), 401)
+    await expectProblem(await postPayment(server, payment(), { key, headers: { authorization: 'Basic YWNtZTphY21lLWtleQ==' }, apiKey: null }), 401)
     expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
   })
 
   test('body over the limit: 413, nothing stored', async () => {
     const key = `big-${crypto.randomUUID()}`
-    await expectProblem(await postPayment(server.url, payment({ description: 'x'.repeat(4000) }), { key }), 413)
+    await expectProblem(await postPayment(server, payment({ description: 'x'.repeat(4000) }), { key }), 413)
     expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
   })
 
-  test('a chunked body over the limit, and one far over Bun\'s own cap: 413 problem+json', async () => {
+  test('over a real socket, a chunked body over the limit and a 3 MiB one: 413 problem+json', async () => {
+    const url = server.listen()
     const key = `chunked-${crypto.randomUUID()}`
     const chunk = new TextEncoder().encode(' '.repeat(1024))
     const stream = new ReadableStream<Uint8Array>({
       pull(controller) { controller.enqueue(chunk) }, // endless: the server must stop reading by itself
     })
-    const response = await fetch(`${server.url}/api/payments`, {
+    const response = await fetch(`${url}/api/payments`, {
       method: 'POST',
       headers: { authorization: 'Bearer acme-key', 'content-type': 'application/json', 'idempotency-key': key },
       body: stream,
     })
     await expectProblem(response, 413)
-    const huge = await postPayment(server.url, ' '.repeat(3 * 1024 * 1024) + JSON.stringify(payment()), { key })
+    const huge = await fetch(paymentRequest(url, ' '.repeat(3 * 1024 * 1024) + JSON.stringify(payment()), { key }))
     await expectProblem(huge, 413)
     expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
   })
 
   test('provider failure: 502 problem+json, the key released, and a retry succeeds', async () => {
     const key = `fail-${crypto.randomUUID()}`
-    const failed = await postPayment(failing.url, payment(), { key })
+    const failed = await postPayment(failing, payment(), { key })
     const problem = await expectProblem(failed, 502)
     expect(problem.detail).toContain('released')
     expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
-    const retry = await postPayment(server.url, payment(), { key })
+    const retry = await postPayment(server, payment(), { key })
     expect(retry.status).toBe(201)
     expect(retry.headers.get('idempotent-replayed')).toBeNull()
     expect(await counts(key)).toEqual({ keys: 1, payments: 1 })
@@ -219,8 +269,8 @@ describe('POST /api/payments', () => {
 
   test('the same key from two tenants is two unrelated requests', async () => {
     const key = `shared-${crypto.randomUUID()}`
-    const acme = await postPayment(server.url, payment({ amount: 1 }), { key, apiKey: 'acme-key' })
-    const globex = await postPayment(server.url, payment({ amount: 2 }), { key, apiKey: 'globex-key' })
+    const acme = await postPayment(server, payment({ amount: 1 }), { key, apiKey: 'acme-key' })
+    const globex = await postPayment(server, payment({ amount: 2 }), { key, apiKey: 'globex-key' })
     expect(acme.status).toBe(201)
     expect(globex.status).toBe(201)
     expect(globex.headers.get('idempotent-replayed')).toBeNull()
@@ -229,18 +279,20 @@ describe('POST /api/payments', () => {
 
   test('a tenant cannot block another tenant\'s key while it is processing', async () => {
     const key = `block-${crypto.randomUUID()}`
-    const acme = postPayment(slow.url, payment(), { key, apiKey: 'acme-key' })
-    await Bun.sleep(200)
-    const globex = await postPayment(server.url, payment(), { key, apiKey: 'globex-key' })
+    const acme = await processing(key, payment(), 'acme-key', 'acme')
+    const globex = await postPayment(server, payment(), { key, apiKey: 'globex-key' })
     expect(globex.status).toBe(201)
-    expect((await acme).status).toBe(201)
+    // globex was answered while acme's request still held the key.
+    expect(acme.settled()).toBe(false)
+    provider.release()
+    expect((await acme.promise).status).toBe(201)
   })
 })
 
 describe('GET /api/payments', () => {
   test('by id: 200 for the owner, 404 for another tenant, unknown or malformed ids', async () => {
-    const created = await json(await postPayment(server.url, payment()))
-    const get = (id: string, apiKey = 'acme-key') => fetch(`${server.url}/api/payments/${id}`, { headers: { authorization: `Bearer ${apiKey}` } })
+    const created = await json(await postPayment(server, payment()))
+    const get = (id: string, apiKey = 'acme-key') => server.fetch(`/api/payments/${id}`, { headers: { authorization: `Bearer ${apiKey}` } })
     const own = await get(created.id)
     expect(own.status).toBe(200)
     expect(await json(own)).toEqual(created)
@@ -248,15 +300,15 @@ describe('GET /api/payments', () => {
     await expectProblem(await get(crypto.randomUUID()), 404)
     await expectProblem(await get('not-a-uuid'), 404)
     await expectProblem(await get('%27%20or%201=1--'), 404)
-    await expectProblem(await fetch(`${server.url}/api/payments/${created.id}`), 401)
+    await expectProblem(await server.fetch(`/api/payments/${created.id}`), 401)
   })
 
   test('by customer: this tenant\'s payments, newest first, paged by cursor', async () => {
     const customer = `cus_${crypto.randomUUID().slice(0, 8)}`
     const ids: string[] = []
-    for (let i = 0; i < 5; i++) ids.push((await json(await postPayment(server.url, payment({ customer, amount: i + 1 })))).id)
-    await postPayment(server.url, payment({ customer }), { apiKey: 'globex-key' })
-    const list = (query: string) => fetch(`${server.url}/api/payments?${query}`, { headers: { authorization: 'Bearer acme-key' } })
+    for (let i = 0; i < 5; i++) ids.push((await json(await postPayment(server, payment({ customer, amount: i + 1 })))).id)
+    await postPayment(server, payment({ customer }), { apiKey: 'globex-key' })
+    const list = (query: string) => server.fetch(`/api/payments?${query}`, { headers: { authorization: 'Bearer acme-key' } })
 
     const all = await json(await list(`customer=${customer}`))
     expect(all.data.map((p: { id: string }) => p.id)).toEqual([...ids].reverse())
@@ -281,11 +333,11 @@ describe('GET /api/payments', () => {
 
 describe('service endpoints', () => {
   test('healthz and readyz answer 200', async () => {
-    expect((await fetch(`${server.url}/healthz`)).status).toBe(200)
-    expect((await fetch(`${server.url}/readyz`)).status).toBe(200)
+    expect((await server.fetch('/healthz')).status).toBe(200)
+    expect((await server.fetch('/readyz')).status).toBe(200)
   })
 
   test('unknown routes answer 404 problem+json', async () => {
-    await expectProblem(await fetch(`${server.url}/nope`), 404)
+    await expectProblem(await server.fetch('/nope'), 404)
   })
 })

@@ -1,43 +1,42 @@
 /**
  * Invariants 1 and 6 under a storm: many concurrent retries of one key over
- * real HTTP. The naive baseline gets the same storm and must break, which
- * proves the storm reaches the race window.
+ * real HTTP, against the service as a process. The naive baseline gets the
+ * same storm and must break, which proves the storm reaches the race window.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
 import { startNaiveServer } from '../support/naive'
-import { startServer, type ServerProcess } from '../support/server'
-
-/**
- * Long enough that every request of the storm lands while the first is still
- * processing, even on a busy 2-core machine: then every answer but one must be
- * a 409, and a replay means a retry waited for the first to finish.
- */
-const PROVIDER_DELAY_MS = 3_000
+import { startGatedProvider, startServer, type GatedProvider, type ServerProcess } from '../support/server'
+import { waitFor } from '../support/wait'
 
 let db: TestDatabase
+/** The slow server's provider: a storm's first charge is held there until every other request of the storm has its answer. */
+let provider: GatedProvider
 let slow: ServerProcess
 let fast: ServerProcess
 beforeAll(async () => {
   db = await createTestDatabase('storm')
+  provider = await startGatedProvider()
   ;[slow, fast] = await Promise.all([
-    startServer(db.url, { PAYMENT_PROVIDER_DELAY_MS: String(PROVIDER_DELAY_MS) }),
+    startServer(db.url, {}, { provider }),
     startServer(db.url),
   ])
 })
 afterAll(async () => {
   await Promise.all([slow?.stop(), fast?.stop()])
+  await provider?.stop()
   await db?.drop()
 })
 
 interface Answer { status: number; id?: string; at: number; replayed: boolean; retryAfter: string | null }
 
-async function storm(url: string, key: string, n: number, body: object = payment()): Promise<Answer[]> {
+async function storm(url: string, key: string, n: number, body: object = payment(), onAnswer = () => {}): Promise<Answer[]> {
   return Promise.all(Array.from({ length: n }, async () => {
     const response = await postPayment(url, body, { key })
     const text = await response.text()
     const parsed = response.ok ? (JSON.parse(text) as { id: string }) : undefined
+    onAnswer()
     return {
       status: response.status,
       ...(parsed ? { id: parsed.id } : {}),
@@ -58,7 +57,16 @@ describe('same-key storm', () => {
     test(`${n} concurrent requests with one key: one payment, one charge, the rest 409 at once`, async () => {
       const key = `storm-${n}-${crypto.randomUUID()}`
       const customer = `cus_storm_${crypto.randomUUID().slice(0, 8)}`
-      const answers = await storm(slow.url, key, n, payment({ customer }))
+      // The first charge waits at the provider until all the others are answered:
+      // every request of the storm lands while the first is processing, on any
+      // machine, and a retry that waits for the first would never be answered.
+      provider.hold(1)
+      let answered = 0
+      const stormed = storm(slow.url, key, n, payment({ customer }), () => answered++)
+      await waitFor(() => answered === n - 1 && provider.held() === 1,
+        () => `${n - 1} of ${n} requests answered while the first is held at the provider (${answered} so far)`, 30_000)
+      provider.release()
+      const answers = await stormed
       const statuses = answers.map((a) => a.status)
       const created = answers.filter((a) => a.status === 201)
       const conflicts = answers.filter((a) => a.status === 409)

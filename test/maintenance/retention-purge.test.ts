@@ -7,8 +7,9 @@ import { startRetentionPurge } from '../../src/maintenance/retention-purge'
 import { createMetrics } from '../../src/metrics/registry'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
-import { identity } from '../support/keys'
+import { createKeys, identity, secondsBefore } from '../support/keys'
 import { startServer } from '../support/server'
+import { waitFor } from '../support/wait'
 
 const RETENTION = 3600
 /** Enough batches (50 per purger at 100 rows) that the purge overlaps the traffic. */
@@ -23,13 +24,8 @@ afterAll(() => db?.drop())
 
 /** Completed keys as finished workers leave them, completed `ageSeconds` ago. */
 async function seedDone(prefix: string, count: number, ageSeconds: number): Promise<void> {
-  await db.sql`
-    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at,
-                                  response_status, response_headers, response_body)
-    select 'acme', ${prefix} || i, 'POST', '/api/payments', repeat('c', 64), 'done',
-           now() - make_interval(secs => ${ageSeconds + 1}), now() - make_interval(secs => ${ageSeconds + 1}),
-           now() - make_interval(secs => ${ageSeconds}), 201, '{}'::jsonb, '{}'
-      from generate_series(1, ${count}) i`
+  const now = new Date()
+  await createKeys(db.sql, count, { prefix, status: 'done', lockedAt: secondsBefore(now, ageSeconds + 1), completedAt: secondsBefore(now, ageSeconds) })
 }
 
 const count = async (where: string) => (await db.sql.unsafe(`select count(*)::int as n from idempotency_keys where ${where}`))[0]!.n as number
@@ -37,10 +33,7 @@ const count = async (where: string) => (await db.sql.unsafe(`select count(*)::in
 test('two purgers under concurrent claims and completions delete only completed keys past retention', async () => {
   await seedDone('expired-', EXPIRED, RETENTION + 600)
   await seedDone('kept-', 300, RETENTION - 600)
-  await db.sql`
-    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at)
-    select 'acme', 'stuck-' || i, 'POST', '/api/payments', repeat('d', 64), 'processing', now() - interval '2 hours', now() - interval '2 hours'
-      from generate_series(1, 100) i`
+  await createKeys(db.sql, 100, { prefix: 'stuck-', status: 'processing', lockedAt: secondsBefore(new Date(), 2 * 3600) })
 
   const metrics = createMetrics()
   const purgers = [1, 2].map(() => startRetentionPurge({ sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 100, pauseMs: 2, intervalMs: 3_600_000, metrics }))
@@ -108,8 +101,8 @@ test('the server runs the purge in the background and counts it', async () => {
   try {
     const key = `bg-${crypto.randomUUID()}`
     expect((await postPayment(server.url, payment(), { key })).status).toBe(201)
-    const deadline = Date.now() + 10_000
-    while (Date.now() < deadline && (await count(`key = '${key}'`)) === 1) await Bun.sleep(100)
+    // Past the 1 s retention, a purge run (every 200 ms) deletes it: the row going is the signal.
+    await waitFor(async () => (await count(`key = '${key}'`)) === 0, `the server's purge to delete key ${key}`)
     expect(await count(`key = '${key}'`)).toBe(0)
     const exposition = await (await fetch(`${server.url}/metrics`)).text()
     const purged = Number(/idempotency_purged_keys_total (\d+)/.exec(exposition)?.[1] ?? 0)

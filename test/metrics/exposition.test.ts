@@ -2,27 +2,21 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { UNSUPPORTED_UNDER_BUN } from '../../src/metrics/process'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
-import { startServer, type ServerProcess } from '../support/server'
-import { createKey, fingerprintOf, sample } from './factories'
+import { createKey, fingerprintOf, identity } from '../support/keys'
+import { startGatedProvider, startServer, type GatedProvider, type ServerProcess } from '../support/server'
+import { waitForClaims } from '../support/wait'
+import { sample } from './factories'
 
 let db: TestDatabase
+/** Holds a charge while a retry gets its 409. */
+let provider: GatedProvider
 let server: ServerProcess
 let exposition: string
 
-/** Polls until the key is claimed (its row is in processing). */
-async function claimed(key: string): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    const [row] = await db.sql`select 1 from idempotency_keys where key = ${key} and status = 'processing'`
-    if (row) return
-    await Bun.sleep(10)
-  }
-  throw new Error(`key ${key} was never claimed`)
-}
-
 beforeAll(async () => {
   db = await createTestDatabase('exposition')
-  // The provider delay keeps a key in processing long enough for a retry to get its 409.
-  server = await startServer(db.url, { METRICS_CACHE_MS: '0', PAYMENT_PROVIDER_DELAY_MS: '400' })
+  provider = await startGatedProvider()
+  server = await startServer(db.url, { METRICS_CACHE_MS: '0' }, { provider })
 
   const key = crypto.randomUUID()
   expect((await postPayment(server.url, payment(), { key })).status).toBe(201)
@@ -34,16 +28,18 @@ beforeAll(async () => {
   expect((await postPayment(server.url, 'amount=1', { contentType: 'text/plain' })).status).toBe(415)
 
   const slow = crypto.randomUUID()
+  provider.hold(1)
   const first = postPayment(server.url, payment({ customer: 'slow' }), { key: slow })
-  await claimed(slow)
+  await waitForClaims(db.sql, [slow])
   expect((await postPayment(server.url, payment({ customer: 'slow' }), { key: slow })).status).toBe(409)
+  provider.release()
   expect((await first).status).toBe(201)
 
   // A client that makes a new key per retry: the same request completes twice.
   for (let i = 0; i < 2; i++)
     expect((await postPayment(server.url, payment({ customer: 'retries-with-new-keys' }), { key: crypto.randomUUID() })).status).toBe(201)
   // A key stranded by a dead worker, long past the TTL.
-  await createKey(db.sql, { tenant: 'globex', fingerprint: fingerprintOf('stranded'), status: 'processing', at: new Date(Date.now() - 10 * 60_000) })
+  await createKey(db.sql, identity({ tenant: 'globex', fingerprint: fingerprintOf('stranded') }), { status: 'processing', lockedAt: new Date(Date.now() - 10 * 60_000) })
 
   const response = await fetch(`${server.url}/metrics`)
   expect(response.status).toBe(200)
@@ -52,6 +48,7 @@ beforeAll(async () => {
 }, 60_000)
 afterAll(async () => {
   await server?.stop()
+  await provider?.stop()
   await db?.drop()
 })
 

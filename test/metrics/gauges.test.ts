@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, beforeEach, expect, test } from 'bun:test'
 import { DatabaseGauges } from '../../src/metrics/gauges'
 import { createTestDatabase, type TestDatabase } from '../support/db'
-import { createKey, fingerprintOf, sample } from './factories'
+import { createKey, fingerprintOf, identity } from '../support/keys'
+import { sample } from './factories'
 
 let db: TestDatabase
 beforeAll(async () => { db = await createTestDatabase('gauges') })
@@ -21,11 +22,11 @@ async function scrape(g: DatabaseGauges): Promise<string> {
 }
 
 test('stale keys are counted per tenant, only past the TTL; the oldest age is the oldest lease', async () => {
-  await createKey(db.sql, { tenant: 'acme', status: 'processing', at: ago(31) })
-  await createKey(db.sql, { tenant: 'acme', status: 'processing', at: ago(600) })
-  await createKey(db.sql, { tenant: 'acme', status: 'processing', at: ago(29) }) // in flight, not stale yet
-  await createKey(db.sql, { tenant: 'globex', status: 'processing', at: ago(45) })
-  await createKey(db.sql, { tenant: 'globex', status: 'done', at: ago(7200) }) // completed keys never count
+  await createKey(db.sql, identity({ tenant: 'acme' }), { status: 'processing', lockedAt: ago(31) })
+  await createKey(db.sql, identity({ tenant: 'acme' }), { status: 'processing', lockedAt: ago(600) })
+  await createKey(db.sql, identity({ tenant: 'acme' }), { status: 'processing', lockedAt: ago(29) }) // in flight, not stale yet
+  await createKey(db.sql, identity({ tenant: 'globex' }), { status: 'processing', lockedAt: ago(45) })
+  await createKey(db.sql, identity({ tenant: 'globex' }), { status: 'done', completedAt: ago(7200) }) // completed keys never count
   const text = await scrape(gauges())
   expect(sample(text, 'idempotency_stale_processing_keys', { tenant: 'acme' })).toBe(2)
   expect(sample(text, 'idempotency_stale_processing_keys', { tenant: 'globex' })).toBe(1)
@@ -34,7 +35,7 @@ test('stale keys are counted per tenant, only past the TTL; the oldest age is th
 })
 
 test('with nothing in processing every tenant reads 0, so alerts see a value rather than an absence', async () => {
-  await createKey(db.sql, { status: 'done', at: ago(10) })
+  await createKey(db.sql, identity(), { status: 'done', completedAt: ago(10) })
   const text = await scrape(gauges())
   expect(sample(text, 'idempotency_stale_processing_keys', { tenant: 'acme' })).toBe(0)
   expect(sample(text, 'idempotency_stale_processing_keys', { tenant: 'globex' })).toBe(0)
@@ -44,19 +45,19 @@ test('with nothing in processing every tenant reads 0, so alerts see a value rat
 
 test('a request completed under new keys on every retry counts as duplicates; one key, other tenants and old completions do not', async () => {
   const retried = fingerprintOf('same body, new key per retry')
-  for (let i = 0; i < 3; i++) await createKey(db.sql, { tenant: 'acme', fingerprint: retried, status: 'done', at: ago(60 * (i + 1)) })
+  for (let i = 0; i < 3; i++) await createKey(db.sql, identity({ tenant: 'acme', fingerprint: retried }), { status: 'done', completedAt: ago(60 * (i + 1)) })
   // the same request from another tenant is another client's request
-  await createKey(db.sql, { tenant: 'globex', fingerprint: retried, status: 'done', at: ago(60) })
+  await createKey(db.sql, identity({ tenant: 'globex', fingerprint: retried }), { status: 'done', completedAt: ago(60) })
   // the same body on another route is another request
-  await createKey(db.sql, { tenant: 'acme', fingerprint: retried, path: '/api/refunds', status: 'done', at: ago(60) })
+  await createKey(db.sql, identity({ tenant: 'acme', fingerprint: retried, path: '/api/refunds' }), { status: 'done', completedAt: ago(60) })
   // a repeat outside the one-hour window is history
   const old = fingerprintOf('old')
-  await createKey(db.sql, { tenant: 'globex', fingerprint: old, status: 'done', at: ago(7200) })
-  await createKey(db.sql, { tenant: 'globex', fingerprint: old, status: 'done', at: ago(60) })
+  await createKey(db.sql, identity({ tenant: 'globex', fingerprint: old }), { status: 'done', completedAt: ago(7200) })
+  await createKey(db.sql, identity({ tenant: 'globex', fingerprint: old }), { status: 'done', completedAt: ago(60) })
   // one still in processing has not completed twice (yet)
   const pending = fingerprintOf('pending')
-  await createKey(db.sql, { tenant: 'globex', fingerprint: pending, status: 'done', at: ago(60) })
-  await createKey(db.sql, { tenant: 'globex', fingerprint: pending, status: 'processing', at: ago(1) })
+  await createKey(db.sql, identity({ tenant: 'globex', fingerprint: pending }), { status: 'done', completedAt: ago(60) })
+  await createKey(db.sql, identity({ tenant: 'globex', fingerprint: pending }), { status: 'processing', lockedAt: ago(1) })
   const text = await scrape(gauges())
   expect(sample(text, 'idempotency_duplicate_entities', { tenant: 'acme' })).toBe(2) // 3 completions of one request: 2 extra
   expect(sample(text, 'idempotency_duplicate_entities', { tenant: 'globex' })).toBe(0)
@@ -66,7 +67,7 @@ test('concurrent scrapes share one query, and the cache holds for its interval',
   const g = gauges({ cacheMs: 60_000 })
   await Promise.all(Array.from({ length: 25 }, () => g.refresh()))
   expect(g.queries).toBe(1)
-  await createKey(db.sql, { status: 'processing', at: ago(120) })
+  await createKey(db.sql, identity(), { status: 'processing', lockedAt: ago(120) })
   await g.refresh()
   expect(g.queries).toBe(1) // cached: the new stale key is not seen yet
   expect(sample(await g.registry.metrics(), 'idempotency_stale_processing_keys', { tenant: 'acme' })).toBe(0)
@@ -80,7 +81,7 @@ test('concurrent scrapes share one query, and the cache holds for its interval',
 })
 
 test('a database that does not answer in time: the scrape answers with the last values and the failure flag', async () => {
-  await createKey(db.sql, { status: 'processing', at: ago(120) })
+  await createKey(db.sql, identity(), { status: 'processing', lockedAt: ago(120) })
   const lines: string[] = []
   const g = gauges({ timeoutMs: 200, log: (line) => lines.push(line) })
   expect(sample(await scrape(g), 'idempotency_stale_processing_keys', { tenant: 'acme' })).toBe(1)

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
-import { startServer, type ServerProcess } from '../support/server'
+import { startGatedProvider, startServer, type GatedProvider, type ServerProcess } from '../support/server'
+import { waitFor, waitForClaims } from '../support/wait'
 import { sample } from './factories'
 
 /**
@@ -11,17 +12,25 @@ import { sample } from './factories'
 const REQUESTS = 30
 
 let db: TestDatabase
+let provider: GatedProvider
 let server: ServerProcess
 beforeAll(async () => {
   db = await createTestDatabase('metrics_workers')
-  server = await startServer(db.url, { WORKERS: '2', METRICS_CACHE_MS: '0' })
+  provider = await startGatedProvider()
+  server = await startServer(db.url, { WORKERS: '2', METRICS_CACHE_MS: '0' }, { provider })
   // Both workers must be listening before the traffic starts.
-  for (let i = 0; i < 200 && (server.output().match(/listening on/g) ?? []).length < 2; i++) await Bun.sleep(25)
+  await waitFor(() => listeningPids().length >= 2, 'both workers listening', 20_000)
 }, 60_000)
 afterAll(async () => {
   await server?.stop()
+  await provider?.stop()
   await db?.drop()
 }, 30_000)
+
+/** The pids of the workers' "listening on" lines, in order (a restarted worker adds one). */
+function listeningPids(): number[] {
+  return [...server.output().matchAll(/listening on \S+ \(pid (\d+)\)/g)].map((m) => Number(m[1]))
+}
 
 /** A new connection per request, so the kernel spreads them over the workers. */
 const fresh = { headers: { connection: 'close' } }
@@ -33,13 +42,21 @@ async function scrape(): Promise<string> {
 }
 
 test('every scrape shows the sum over all workers, whichever worker answers it', async () => {
-  for (let i = 0; i < REQUESTS; i++)
-    expect((await postPayment(server.url, payment({ amount: 100 + i }), fresh)).status).toBe(201)
-  // Both workers served payments: each opened connections under its own pid.
-  const [{ workers }] = await db.sql<{ workers: number }[]>`
-    select count(distinct split_part(application_name, ':', 2))::int as workers
-      from pg_stat_activity where datname = current_database() and application_name like 'idempotent-post:%'` as unknown as [{ workers: number }]
+  // The charges wait at the provider until every payment is claimed, so that
+  // each claim, still in processing, names the process that took it.
+  provider.hold()
+  const keys = Array.from({ length: REQUESTS }, (_, i) => `workers-${i}-${crypto.randomUUID()}`)
+  const posted = keys.map((key, i) => postPayment(server.url, payment({ amount: 100 + i }), { key, ...fresh }))
+  await waitForClaims(db.sql, keys)
+  // Both workers served payments: a claim records its process (owner), whose heartbeat row has its pid.
+  const claimedBy = await db.sql<{ pid: number }[]>`
+    select distinct p.pid from idempotency_keys k join idempotency_processes p on p.id = k.owner
+     where k.tenant = 'acme' and k.key in ${db.sql(keys)}`
+  const workers = claimedBy.length
   expect(workers).toBe(2)
+  expect(claimedBy.map((row) => row.pid).sort()).toEqual(listeningPids().sort())
+  provider.release()
+  for (const response of await Promise.all(posted)) expect(response.status).toBe(201)
 
   for (let i = 0; i < 8; i++) {
     const text = await scrape()
@@ -57,7 +74,7 @@ test('a worker that dies and is restarted does not make the counters go back', a
   expect(pids).not.toBeNull()
   const before = sample(await scrape(), 'idempotency_requests_total', { route: '/api/payments', outcome: 'created' })!
   process.kill(Number(pids![1]), 'SIGKILL')
-  for (let i = 0; i < 200 && (server.output().match(/listening on/g) ?? []).length < 3; i++) await Bun.sleep(25)
+  await waitFor(() => (server.output().match(/listening on/g) ?? []).length >= 3, 'the supervisor to restart the killed worker', 20_000)
   expect((server.output().match(/listening on/g) ?? []).length).toBe(3) // restarted by the supervisor
   for (let i = 0; i < 6; i++)
     expect(sample(await scrape(), 'idempotency_requests_total', { route: '/api/payments', outcome: 'created' })).toBeGreaterThanOrEqual(before)

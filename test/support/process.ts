@@ -1,4 +1,5 @@
 import type { Subprocess } from 'bun'
+import { waitFor } from './wait'
 
 /** Collects everything a child prints on stdout and stderr; call the result to read it so far. */
 export function captureOutput(proc: Subprocess): () => string {
@@ -19,14 +20,13 @@ export function captureOutput(proc: Subprocess): () => string {
 
 /** The port from the service's "listening on host:port" line, or undefined if it exits or `timeoutMs` passes first. */
 export async function waitForListening(proc: Subprocess, output: () => string, timeoutMs: number): Promise<string | undefined> {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline && proc.exitCode === null) {
-    // The service's own line ("listening on HOST:PORT (pid N)"), not the provider simulator's.
-    const port = /listening on [^\s]+:(\d+) \(pid/.exec(output())?.[1]
-    if (port) return port
-    await Bun.sleep(20)
+  let port: string | undefined
+  const listening = () => {
+    port = /listening on [^\s]+:(\d+)/.exec(output())?.[1]
+    return port !== undefined || proc.exitCode !== null
   }
-  return undefined
+  await waitFor(listening, 'the service to listen', timeoutMs).catch(() => undefined) // the caller reports it, with the output
+  return port
 }
 
 export interface SpawnedService {

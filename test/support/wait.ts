@@ -3,13 +3,41 @@
  * naming what it waited for. The poll interval only bounds how late the test
  * notices; nothing depends on it.
  */
+import type postgres from 'postgres'
+
 const POLL_MS = 10
 
-export async function waitFor(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+/** `what` may be a function, to describe the state at the timeout (e.g. "3 of 5 answered"). */
+export async function waitFor(condition: () => boolean | Promise<boolean>, what: string | (() => string), timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     if (await condition()) return
-    if (Date.now() >= deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
+    if (Date.now() >= deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${typeof what === 'function' ? what() : what}`)
     await Bun.sleep(POLL_MS)
   }
+}
+
+/** How many of `keys` (of `tenant`) are in `status`. */
+export async function keysIn(sql: postgres.Sql, status: 'processing' | 'done' | 'released', keys: readonly string[], tenant = 'acme'): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from idempotency_keys where tenant = ${tenant} and key in ${sql(keys as string[])} and status = ${status}`
+  return row!.n
+}
+
+/**
+ * Waits until every one of `keys` is claimed (its row in processing): the
+ * requests are past their claim, in their foreign call. Under atomic phases
+ * nothing holds a key's row lock while it processes, so the row's state is
+ * the signal (a `rowLocked` check would never see one).
+ */
+export async function waitForClaims(sql: postgres.Sql, keys: readonly string[], tenant = 'acme', timeoutMs?: number): Promise<void> {
+  await waitFor(async () => await keysIn(sql, 'processing', keys, tenant) === keys.length,
+    `${keys.length === 1 ? `key ${keys[0]}` : `${keys.length} keys`} of ${tenant} to be claimed (in processing)`, timeoutMs)
+}
+
+/** A promise's state without waiting for it: `settled()` is true once it resolved or rejected. */
+export function track<T>(promise: Promise<T>): { promise: Promise<T>; settled(): boolean } {
+  let done = false
+  promise.then(() => { done = true }, () => { done = true })
+  return { promise, settled: () => done }
 }
