@@ -44,11 +44,5 @@ export function statusOrLost(response: Promise<Response>): Promise<number | 'los
   )
 }
 
-/** Polls a condition (tests wait on signals, not time); fails with what it waited for. */
-export async function waitFor(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await Bun.sleep(10)
-  }
-}
+/** The suite's one waitFor (test/support/wait.ts). */
+export { waitFor } from '../support/wait'

@@ -8,12 +8,12 @@ import type postgres from 'postgres'
 const POLL_MS = 10
 
 /** `what` may be a function, to describe the state at the timeout (e.g. "3 of 5 answered"). */
-export async function waitFor(condition: () => boolean | Promise<boolean>, what: string | (() => string), timeoutMs = 10_000): Promise<void> {
+export async function waitFor(condition: () => boolean | Promise<boolean>, what: string | (() => string), timeoutMs = 10_000, everyMs = POLL_MS): Promise<void> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     if (await condition()) return
     if (Date.now() >= deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${typeof what === 'function' ? what() : what}`)
-    await Bun.sleep(POLL_MS)
+    await Bun.sleep(everyMs)
   }
 }
 
@@ -40,4 +40,25 @@ export function track<T>(promise: Promise<T>): { promise: Promise<T>; settled():
   let done = false
   promise.then(() => { done = true }, () => { done = true })
   return { promise, settled: () => done }
+}
+
+/**
+ * waitFor's form for a value: polls `check` until it returns one (errors
+ * count as "not yet"), and returns it; fails naming what it waited for and
+ * the last error seen.
+ */
+export async function waitForValue<T>(what: string, check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 30_000, everyMs = 50): Promise<T> {
+  let value: T | undefined
+  let last: unknown
+  await waitFor(async () => {
+    try {
+      const seen = await check()
+      if (seen) value = seen
+      return Boolean(seen)
+    } catch (error) {
+      last = error
+      return false
+    }
+  }, () => `${what}${last ? `: ${String(last)}` : ''}`, timeoutMs, everyMs)
+  return value as T
 }

@@ -186,18 +186,5 @@ export function freePort(): number {
   return port
 }
 
-/** Polls `check` until it returns a truthy value; fails naming what it waited for. */
-export async function waitFor<T>(what: string, check: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 30_000, everyMs = 50): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  let last: unknown
-  while (Date.now() < deadline) {
-    try {
-      const value = await check()
-      if (value) return value
-    } catch (error) {
-      last = error
-    }
-    await Bun.sleep(everyMs)
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`)
-}
+/** The suite's one waiting helper, in its value-returning form (test/support/wait.ts). */
+export { waitForValue as waitFor } from '../../support/wait'
