@@ -1,7 +1,8 @@
 /** The operator CLI end to end: `bun src/cli.ts ...` as a separate process, on a real database. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { existsSync } from 'node:fs'
-import { userInfo } from 'node:os'
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir, userInfo } from 'node:os'
+import { join } from 'node:path'
 import { resolveActor, UsageError } from '../../src/cli'
 import { claim } from '../../src/core/claim'
 import { writeServerSettings } from '../../src/core/settings'
@@ -102,14 +103,26 @@ describe('who acts', () => {
   test('a uid without a passwd entry and no $USER: expire refuses with exit 2 and does nothing', async () => {
     if (process.getuid?.() !== 0 || !existsSync('/usr/bin/setpriv')) throw new Error('this test runs as root with setpriv (util-linux) to take a uid that has no passwd entry')
     await stuckKey(db.sql, 'nobody', 'cli-nobody', 600)
-    const proc = Bun.spawn(['setpriv', '--reuid', '54321', '--regid', '54321', '--clear-groups', BUN, 'src/cli.ts', 'expire', 'nobody', 'cli-nobody'], {
-      env: { PATH: process.env.PATH ?? '', DATABASE_URL: db.url, HOME: '/tmp' },
-      stdout: 'pipe',
-      stderr: 'pipe',
-    })
-    const [stderr, code] = await Promise.all([new Response(proc.stderr).text(), proc.exited])
-    expect({ code, stderr }).toEqual({ code: 2, stderr: expect.stringContaining('no actor for the audit trail') })
-    expect(await keyInProcessing(db.sql, 'nobody', 'cli-nobody')).toBe(true)
+    // That uid cannot enter a private checkout (CI clones into a 0700 mktemp -d): it runs
+    // the CLI bundled into one file, with a copy of Bun, from a folder anyone can read.
+    const dir = mkdtempSync(join(tmpdir(), 'idem-cli-nobody-'))
+    try {
+      chmodSync(dir, 0o755)
+      expect(Bun.spawnSync([BUN, 'build', 'src/cli.ts', '--target=bun', '--outfile', join(dir, 'cli.js')]).exitCode).toBe(0)
+      copyFileSync(BUN, join(dir, 'bun'))
+      chmodSync(join(dir, 'bun'), 0o755)
+      const proc = Bun.spawn(['setpriv', '--reuid', '54321', '--regid', '54321', '--clear-groups', join(dir, 'bun'), 'cli.js', 'expire', 'nobody', 'cli-nobody'], {
+        cwd: dir,
+        env: { PATH: process.env.PATH ?? '', DATABASE_URL: db.url, HOME: '/tmp' },
+        stdout: 'pipe',
+        stderr: 'pipe',
+      })
+      const [stderr, code] = await Promise.all([new Response(proc.stderr).text(), proc.exited])
+      expect({ code, stderr }).toEqual({ code: 2, stderr: expect.stringContaining('no actor for the audit trail') })
+      expect(await keyInProcessing(db.sql, 'nobody', 'cli-nobody')).toBe(true)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
 
