@@ -169,7 +169,19 @@ async function initialise(dir: string, bin: string, owner: Owner | undefined, lo
   const passwordFile = join(tmpdir(), `idempotent-post-pw-${process.pid}-${Date.now()}`)
   writeFileSync(passwordFile, 'postgres\n', { mode: 0o644 })
   try {
-    const result = await run(join(bin, 'initdb'), [`--pgdata=${staging}`, '--auth=password', '--username=postgres', `--pwfile=${passwordFile}`, '--encoding=UTF8'], owner)
+    // Not re-run by run(): a second initdb needs an empty directory again.
+    const initdb = () => run(join(bin, 'initdb'), [`--pgdata=${staging}`, '--auth=password', '--username=postgres', `--pwfile=${passwordFile}`, '--encoding=UTF8'], owner, { again: false })
+    let result = await initdb()
+    if (result.signal !== null) {
+      // A signal to our process group can still reach the child between fork
+      // and setsid (seen in test/shutdown/startup.test.ts: "initdb failed
+      // (SIGTERM)" when the group was signalled during the first start). Once
+      // in its own session it is out of reach, so one more run finishes.
+      rmSync(staging, { recursive: true, force: true })
+      mkdirSync(staging)
+      if (owner) chownSync(staging, owner.uid, owner.gid)
+      result = await initdb()
+    }
     if (result.code !== 0) throw new Error(`initdb failed (${result.code ?? result.signal}): ${result.stderr}`)
     if (existsSync(join(dir, 'PG_VERSION'))) return // another start initialised it meanwhile; ours is dropped below
     try {
@@ -195,8 +207,18 @@ function removeStaleStaging(dir: string): void {
 
 interface RunResult { readonly code: number | null; readonly signal: NodeJS.Signals | null; readonly stdout: string; readonly stderr: string }
 
-/** Runs a command to its end, as `owner` if given, in a session of its own: signals to our group do not reach it. */
-function run(command: string, args: string[], owner?: Owner): Promise<RunResult> {
+/**
+ * Runs a command to its end, as `owner` if given, in a session of its own:
+ * signals to our group do not reach it, except in the instant between fork
+ * and setsid. A probe killed there (`test -x` reading as "cannot reach") is
+ * run once more: once in its own session it is out of reach.
+ */
+async function run(command: string, args: string[], owner?: Owner, options: { again?: boolean } = {}): Promise<RunResult> {
+  const result = await runOnce(command, args, owner)
+  return result.signal !== null && options.again !== false ? runOnce(command, args, owner) : result
+}
+
+function runOnce(command: string, args: string[], owner?: Owner): Promise<RunResult> {
   return new Promise((resolvePromise) => {
     const child = spawn(command, args, { detached: true, stdio: ['ignore', 'pipe', 'pipe'], ...(owner ?? {}) })
     let stdout = ''
