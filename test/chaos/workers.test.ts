@@ -178,7 +178,9 @@ test('SIGINT to the whole process group (supervisor and workers at once) drains 
     provider.hold()
     const keys = Array.from({ length: 10 }, () => crypto.randomUUID())
     const answers = keys.map((key) => post(key, payment(), () => service.url, { fresh: true }).then((r) => r.status, () => 0))
-    await waitForClaims(db.sql, keys, 'acme', 20_000)
+    // Every request is at the provider, so inside its worker's in-flight set (a committed
+    // claim alone is not: the worker registers a request when its claim's answer arrives).
+    await waitFor(() => provider.held() === keys.length, () => `all ${keys.length} charges held (${provider.held()})`, 20_000)
     process.kill(-service.proc.pid, 'SIGINT')
     await waitFor(() => drainingCounts(service.output()).length === 2, 'both workers to start draining')
     expect(drainingCounts(service.output()).reduce((sum, n) => sum + n, 0)).toBe(keys.length)
