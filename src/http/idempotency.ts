@@ -253,7 +253,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     count('failed', started)
     const after = released === false
       ? `the idempotency key could not be released now; it can be retried after ${ttlSeconds} s`
-      : released ? 'the idempotency key was released, so a retry runs again' : 'nothing was stored'
+      : released ? 'the idempotency key was released, so a retry runs again' : 'retry with the same Idempotency-Key'
     if (error instanceof FailedResult)
       return new Response(error.response.body, { status: error.response.status, headers: error.response.headers })
     if (error instanceof DeadlineExceededError)
