@@ -51,6 +51,8 @@ async function main(): Promise<number> {
   }
   // What has started, stopped last-in first-out: the simulator after the service drained, the database last.
   const teardown: (() => Promise<void>)[] = []
+  // Past this, the server or the supervisor owns the stop, and a failure is a failure.
+  let serving = false
   try {
     if (stopped()) return 0
     let databaseUrl = config.databaseUrl
@@ -93,17 +95,28 @@ async function main(): Promise<number> {
       const port = sharedPort(config.host, config.port)
       banner({ ...served, port }, databaseUrl, simulated)
       const env = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), PAYMENT_PROVIDER_URL: providerUrl, [WORKER_ENV]: String(process.pid) }
+      serving = true
       return await superviseWorkers({ count: config.workers, env, log, stop: stop.signal })
     }
     const { runServer } = await import('./lifecycle')
     if (stopped()) return 0
     const url = databaseUrl
     // A worker drains when its supervisor is gone (even SIGKILLed), instead of serving on orphaned.
+    serving = true
     return await runServer(served, url, {
       log,
       stop: stop.signal,
       ...(isWorker ? { watchParent: true, parentPid: supervisorPid } : { onListening: (port: number) => banner({ ...served, port }, url, simulated) }),
     })
+  } catch (error) {
+    // A child started during the start (initdb, the simulator) can receive a
+    // signal sent to our group in the instant before it leaves it, and fail:
+    // when a stop was asked for, that failure is the stop, and a clean one.
+    if (!serving && stop.signal.aborted) {
+      log(`${String(stop.signal.reason)} during start-up: stopping (${error instanceof Error ? error.message : String(error)})`)
+      return 0
+    }
+    throw error
   } finally {
     for (const step of teardown.reverse()) {
       await step().catch((error: unknown) => console.error('stop failed:', error instanceof Error ? error.message : error))
