@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { startServer, type ServerProcess } from '../support/server'
+import { waitFor } from '../support/wait'
 
 const README = readFileSync(join(import.meta.dir, '..', '..', 'README.md'), 'utf8')
 /** The address the README shows; replaced by the test server's. */
@@ -84,12 +85,14 @@ function normalize(text: string): string {
     .replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z/g, '<time>')
 }
 
-test('the banner shown is what npm start prints', () => {
+test('the banner shown is what npm start prints', async () => {
   const shown = blockAfter('`npm start` prints', 'text').split('\n').filter(Boolean)
-  const printed = server.output().split('\n')
   const labelOf = (line: string) => line.split(/\s{2,}/)[0]!
   expect(shown.length).toBeGreaterThan(5)
   const labels = shown.map(labelOf)
+  // The banner follows the "listening" line that startServer waits for: wait for its last line too.
+  await waitFor(() => server.output().split('\n').some((line) => line.startsWith(`${labels.at(-1)}  `)), `the banner's "${labels.at(-1)}" line`)
+  const printed = server.output().split('\n')
   const printedLabels = printed.filter((line) => labels.some((label) => line.startsWith(`${label}  `))).map(labelOf)
   expect(printedLabels).toEqual(labels)
   // The one line that is the same on every first start.
