@@ -2,20 +2,11 @@
  * The service's provider client against the real simulator over HTTP:
  * lost answers retried with the same key, 5xx not retried, deadlines obeyed.
  */
-import { afterEach, describe, expect, test } from 'bun:test'
+import { describe, expect, test } from 'bun:test'
 import { IdempotencyError } from '../../src/core/errors'
 import { ProviderError, providerClient } from '../../src/provider/client'
-import { ORDER, draws, simulator, waitFor } from './helpers'
+import { ORDER, cleanup, draws, started, waitFor } from './helpers'
 
-const cleanups: Array<() => unknown> = []
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
-})
-async function started(options: Parameters<typeof simulator>[0] = {}) {
-  const sim = await simulator(options)
-  cleanups.push(() => sim.close())
-  return sim
-}
 
 /** The real fetch, counting the requests it sends: how a test sees what was retried. */
 function countingFetch() {
@@ -127,7 +118,7 @@ describe('providerClient', () => {
       const body = answers[next++]
       return new Response(typeof body === 'string' ? body : JSON.stringify(body), { headers: { 'content-type': 'application/json' } })
     } })
-    cleanups.push(() => liar.stop(true))
+    cleanup(() => liar.stop(true))
     const client = providerClient(`http://127.0.0.1:${liar.port}`)
     for (const answer of answers) {
       const outcome = await settle(client.charge(ORDER, { idempotencyKey: 'svc-liar', signal: noDeadline() }))

@@ -1,3 +1,4 @@
+import { afterEach } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -46,3 +47,20 @@ export function statusOrLost(response: Promise<Response>): Promise<number | 'los
 
 /** The suite's one waitFor (test/support/wait.ts). */
 export { waitFor } from '../support/wait'
+
+const cleanups: Array<() => unknown> = []
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
+})
+
+/** Runs `fn` after the current test (last registered, first run). */
+export function cleanup(fn: () => unknown): void {
+  cleanups.push(fn)
+}
+
+/** A simulator for one test: stopped, and its ledger removed, after that test. */
+export async function started(options: Parameters<typeof simulator>[0] = {}) {
+  const sim = await simulator(options)
+  cleanups.push(() => sim.close())
+  return sim
+}

@@ -2,19 +2,10 @@
  * The simulator's HTTP contract (SPEC "Payment provider"), over real HTTP:
  * idempotent replay, 422 on other terms, 400 on bad input, and its faults.
  */
-import { afterEach, describe, expect, test } from 'bun:test'
+import { describe, expect, test } from 'bun:test'
 import { startSimulator } from '../../src/provider/simulator'
-import { ORDER, draws, postCharge, simulator, statusOrLost, tempLedger, waitFor } from './helpers'
+import { ORDER, cleanup, draws, postCharge, started, statusOrLost, tempLedger, waitFor } from './helpers'
 
-const cleanups: Array<() => unknown> = []
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
-})
-async function started(options: Parameters<typeof simulator>[0] = {}) {
-  const sim = await simulator(options)
-  cleanups.push(() => sim.close())
-  return sim
-}
 
 describe('charges', () => {
   test('a charge is answered 200 and recorded; the same key and terms replay the same charge', async () => {
@@ -107,10 +98,10 @@ describe('faults', () => {
 
   test('lost response rate 1: fetch rejects, yet the charge is recorded; the same key later returns that charge', async () => {
     const ledger = tempLedger()
-    cleanups.push(() => ledger.remove())
+    cleanup(() => ledger.remove())
     const lossy = await startSimulator({ port: 0, ledgerPath: ledger.path, delayMs: 0, failureRate: 0, lostResponseRate: 1 })
     let stopped = false
-    cleanups.push(() => (stopped ? undefined : lossy.stop()))
+    cleanup(() => (stopped ? undefined : lossy.stop()))
     expect(await statusOrLost(postCharge(lossy.url, 'lost-key', ORDER))).toBe('lost')
     const recorded = lossy.charges()
     expect(recorded).toHaveLength(1)
@@ -120,7 +111,7 @@ describe('faults', () => {
     stopped = true
 
     const healthy = await startSimulator({ port: 0, ledgerPath: ledger.path, delayMs: 0, failureRate: 0, lostResponseRate: 0 })
-    cleanups.push(() => healthy.stop())
+    cleanup(() => healthy.stop())
     const retry = await postCharge(healthy.url, 'lost-key', ORDER)
     expect(retry.status).toBe(200)
     expect((await retry.json()).id).toBe(recorded[0]!.id)
