@@ -112,9 +112,10 @@ describe('tampered cookies', () => {
   test('a changed expiry, name, nonce or signature is no session', async () => {
     const forged = [
       tamper(alice.cookie, 0, (expires) => String(Number(expires) + 86_400)),
-      tamper(alice.cookie, 1, (nonce) => `A${nonce.slice(1)}`),
+      // Always a different first character: "A" + rest was no change at all when the random nonce began with A (1 run in 64).
+      tamper(alice.cookie, 1, (nonce) => `${nonce[0] === 'A' ? 'B' : 'A'}${nonce.slice(1)}`),
       tamper(alice.cookie, 2, () => Buffer.from('root').toString('base64url')),
-      tamper(alice.cookie, 3, (mac) => `${mac.slice(0, -2)}AA`),
+      tamper(alice.cookie, 3, (mac) => `${mac[0] === 'A' ? 'B' : 'A'}${mac.slice(1)}`),
       'idem_admin=garbage',
       'idem_admin=',
     ]
