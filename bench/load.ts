@@ -142,9 +142,11 @@ export interface Ratio {
 }
 
 export function ratio(a: Throughput, b: Throughput): Ratio {
+  // A round that answered nothing (its requests all outlasted it) has no ratio.
+  const over = (x: number, y: number | undefined) => (y === undefined || y === 0 ? Number.NaN : round2(x / y))
   return {
-    ratio: round2(a.rps / b.rps),
-    rounds: a.roundRps.map((rps, i) => round2(rps / (b.roundRps[i] ?? Number.NaN))),
+    ratio: over(a.rps, b.rps),
+    rounds: a.roundRps.map((rps, i) => over(rps, b.roundRps[i])),
     loadAverage: { min: Math.min(a.loadAverage.min, b.loadAverage.min), max: Math.max(a.loadAverage.max, b.loadAverage.max) },
   }
 }

@@ -2,6 +2,7 @@ import { ratio, type Ratio, type Throughput } from './load'
 import type { timePurge, timeScrapes } from './maintenance'
 import type { RoundTrips, WireCost } from './round-trips'
 import type { runStorm } from './storm'
+import type { StatementStats } from './pg-statements'
 import type { IndexChurn, TableChange } from './table-stats'
 
 type Condition = 'quiet' | 'busy'
@@ -32,6 +33,7 @@ export interface Results {
   }
   roundTrips: RoundTrips
   tables: { changes: TableChange[]; indexes: IndexChurn; loadAverage: number }
+  statements: StatementStats
   storm: Awaited<ReturnType<typeof runStorm>> & { loadAverage: LoadRange }
   scrape: (Awaited<ReturnType<typeof timeScrapes>> & { keys: number; loadAverage: number }) | undefined
   purge: (Awaited<ReturnType<typeof timePurge>> & { loadAverage: number }) | undefined
@@ -75,7 +77,7 @@ const machineUse = (t: Throughput) => `${t.machineBusyPercent}% (${t.othersCpus}
 const statuses = (t: { byStatus: Record<string, number>; errors?: number }) =>
   `${Object.entries(t.byStatus).map(([s, count]) => `${s}: ${n(count)}`).join(', ')}${t.errors ? `, errors: ${n(t.errors)}` : ''}`
 const ratioText = (r: Ratio, a: Throughput, b: Throughput, unit = 'payments/s') =>
-  `**${r.ratio}×** (${n(a.rps)} vs ${n(b.rps)} ${unit}; rounds ${r.rounds.join(', ')})`
+  `**${n(r.ratio)}×** (${n(a.rps)} vs ${n(b.rps)} ${unit}; rounds ${r.rounds.map(n).join(', ')})`
 const CONDITION_LABEL: Record<Condition, string> = { quiet: 'quiet', busy: 'one core busy' }
 
 export function report(r: Results): string {
@@ -233,6 +235,16 @@ export function report(r: Results): string {
           ...tables.indexes.indexes.map((i) => `| ${i.index} | ${i.predicate ? `\`${i.predicate}\`` : ''} | ${n(i.entries)} | ${n(i.liveRows)} | ${n(i.excess)} | ${n(i.markedDead)} | ${n(i.pages)} |`),
         ]
       : [`Indexes: ${tables.indexes.note}.`]),
+    '',
+    ...(r.statements.ok
+      ? [
+          'PostgreSQL\'s side of the instant rounds (all five kinds, both conditions), from pg_stat_statements, the statements that took the most execution time:',
+          '',
+          '| statement | calls | mean ms | share of time | rows per call | WAL bytes per call | blocks per call |',
+          '| --- | --- | --- | --- | --- | --- | --- |',
+          ...r.statements.statements.map((st) => `| \`${shorten(st.query)}\` | ${n(st.calls)} | ${st.meanMs} | ${st.percent}% | ${st.rowsPerCall} | ${n(st.walBytesPerCall)} | ${st.blocksPerCall} |`),
+        ]
+      : [`Statements: ${r.statements.note}.`]),
   ]
   return lines.join('\n')
 }

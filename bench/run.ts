@@ -15,7 +15,8 @@
  * 3. instant provider, 32 connections: the same, plus replays of completed
  *    keys on both the idempotent and the naive route;
  * 4. what the fresh payments did to the tables: updates and HOT updates
- *    (pg_stat_user_tables), dead index entries (pageinspect);
+ *    (pg_stat_user_tables), dead index entries (pageinspect); and, when the
+ *    server has pg_stat_statements loaded, each statement's time and WAL;
  * 5. 409s: retries of one in-flight key, 300 at once and 32 at a time;
  * 6. /metrics scrape time with 1M keys in the table, and the purge rate;
  * plus the exactly-once check at both ends: one payment per replayed key, and
@@ -37,6 +38,7 @@ import { measureCpu } from './cpu'
 import { freshDatabase } from './database'
 import { runLoad, summarize, round2, type CpuTotals, type LoadResult, type RoundResult, type Throughput } from './load'
 import { timePurge, timeScrapes } from './maintenance'
+import { readStatements, resetStatements } from './pg-statements'
 import { startProvider, type BenchProvider, type LedgerCharge } from './provider'
 import { report, type Results } from './report'
 import { measureRoundTrips, paymentBody } from './round-trips'
@@ -114,6 +116,7 @@ async function main(): Promise<void> {
   const startedService = async (provider: BenchProvider, env: Record<string, string> = {}, bunArgs: string[] = []) => {
     const service = await startService(db.url, provider.url, env, bunArgs)
     services.push(service)
+    log(`service ${service.url}, pid ${service.proc.pid} (for perf record -p)`)
     return service
   }
   /** Stops it and waits until its backends are gone: they flush their table counters on exit. */
@@ -195,6 +198,8 @@ async function main(): Promise<void> {
       if (done.length === 0) throw new Error(`the ${prefix} warm-up completed no payment; the service said:\n${service.output().slice(-2000)}`)
       return (n: number) => { const k = done[n % done.length]!; return { body: JSON.stringify(paymentBody(k)), key: `${prefix}-${k}` } }
     }
+    // pg_stat_statements (when loaded) over the instant rounds: every route's statements, their time and WAL.
+    const statementsReset = await resetStatements(sql)
     const instantRuns = await roundsUnder(
       {
         baseline: [BENCH_BASELINE_ROUTE, baselineRequest],
@@ -206,6 +211,7 @@ async function main(): Promise<void> {
       measured,
       SETTINGS.roundSeconds,
     )
+    const statements: Results['statements'] = statementsReset.ok ? { ok: true, statements: await readStatements(sql) } : statementsReset
     // Exactly once under load: the replayed keys still have one payment each, however many replays.
     const replayed = (await sql<{ payments: number; keys: number }[]>`
       select count(*)::int as payments, count(distinct idempotency_key)::int as keys from payments where idempotency_key like 'w-%'`)[0]!
@@ -258,6 +264,7 @@ async function main(): Promise<void> {
       provider,
       roundTrips,
       tables: { changes: tables, indexes, loadAverage: tablesLoadAverage },
+      statements,
       storm: { ...storm, loadAverage: stormLoadAverage },
       scrape,
       purge,
