@@ -55,7 +55,8 @@ const WARMUP = 30
  * shows what is sent either way.
  */
 export function isClaim(text: string): boolean {
-  return /insert\s+into\s+"?idempotency_(?!processes|settings|audit)\w+/i.test(text) && !/insert\s+into\s+"?payments\b/i.test(text)
+  if (/insert\s+into\s+"?payments\b/i.test(text)) return false
+  return /insert\s+into\s+"?idempotency_(?!processes|settings|audit)\w+/i.test(text) || /\bidempotency_claim\w*\s*\(/i.test(text)
 }
 
 export const paymentBody = (n: number) => ({ amount: 1000 + (n % 997), currency: 'EUR', customer: `cus_${n % 1000}` })
