@@ -1,5 +1,4 @@
 import { hostname } from 'node:os'
-import type postgres from 'postgres'
 import { pgTextArray } from './pg-array'
 import type { Sql } from './types'
 
@@ -21,27 +20,6 @@ export function ownerAliveCondition(sql: Sql, now: Date | null | undefined) {
     select 1 from idempotency_processes p
      where p.id = k.owner
        and p.heartbeat_at > coalesce(${now ?? null}::timestamptz, now()) - make_interval(secs => ${PROCESS_ALIVE_SECONDS})))`
-}
-
-/**
- * SQL condition: somebody works on key row `k` (liveness per request, not
- * per process). Its owner beats, and either lists the key's lease or claimed
- * it too recently to have listed it (at or after `leases_as_of`; see
- * sql/00005). A live process that does not list a lease it claimed earlier
- * has no request running under it: the claim's answer was lost, or the
- * request ended without a release. Without an owner (a plugin app with no
- * heartbeat) we cannot tell, and assume it is worked on.
- *
- * `now`: a Date (tests, an operator's "as of"), null for now(), or a fragment.
- */
-export function workedOnCondition(sql: Sql, now: Date | null | undefined | postgres.PendingQuery<postgres.Row[]>) {
-  const at = now === null || now === undefined || now instanceof Date ? sql`coalesce(${now ?? null}::timestamptz, now())` : now
-  // `owner_beat`, not `p`: callers name their params row `p`, and the instant may be `p.now`.
-  return sql`(k.owner is null or exists (
-    select 1 from idempotency_processes owner_beat
-     where owner_beat.id = k.owner
-       and owner_beat.heartbeat_at > ${at} - make_interval(secs => ${PROCESS_ALIVE_SECONDS})
-       and (k.lease = any(owner_beat.leases) or owner_beat.leases_as_of is null or k.locked_at >= owner_beat.leases_as_of)))`
 }
 
 export interface ProcessHeartbeat {

@@ -1,6 +1,6 @@
 import { SQLSTATE, sqlState } from './errors'
 import { newLeaseId } from './lease-id'
-import { abandoned, expired } from './policy'
+import { abandoned, deadlineAt, expired } from './policy'
 import type { Claimant, Lease, RequestIdentity, Sql } from './types'
 
 /** 'busy': the row is locked right now (a completion or another take-over is committing). */
@@ -28,16 +28,28 @@ export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOve
     const [row] = await sql<TakenRow[]>`
       with params as (select coalesce(${claimant.now ?? null}::timestamptz, now()) as now),
       target as (
-        select k.tenant, k.key from idempotency_keys k, params p
+        select k.tenant, k.key, k.stale_at from idempotency_keys k, params p
          where k.tenant = ${seen.tenant} and k.key = ${seen.key}
-           and k.lease = ${seen.lease} and ${abandoned(sql, sql`p.now`, claimant.ttlSeconds)}
+           and k.lease = ${seen.lease} and ${abandoned(sql, sql`p.now`)}
            for update of k nowait
+      ),
+      taken as (
+        update idempotency_keys k
+           set lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)},
+               attempts = k.attempts + 1, owner = ${claimant.owner ?? null}::uuid
+          from target, params p
+         where k.tenant = target.tenant and k.key = target.key
+        returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
+      ),
+      unlisted as (
+        delete from idempotency_processing pr using target t
+         where pr.stale_at = t.stale_at and pr.tenant = t.tenant and pr.key = t.key
+      ),
+      listed as (
+        insert into idempotency_processing (stale_at, tenant, key, locked_at)
+        select stale_at, tenant, key, locked_at from taken
       )
-      update idempotency_keys k
-         set lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = p.now, attempts = k.attempts + 1, owner = ${claimant.owner ?? null}::uuid
-        from target, params p
-       where k.tenant = target.tenant and k.key = target.key
-      returning k.lease, k.attempts, k.request_id`
+      select lease::text as lease, attempts, request_id::text as request_id from taken`
     return row
   })
 }
@@ -56,15 +68,25 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
          where k.tenant = ${id.tenant} and k.key = ${id.key}
            and k.status = 'released' and k.lease = ${seen.lease}
            for update of k nowait
+      ),
+      taken as (
+        update idempotency_keys k
+           set status = 'processing', released_at = null, release_reason = null,
+               lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)},
+               owner = ${claimant.owner ?? null}::uuid,
+               ${sameRequest
+                 ? sql`attempts = k.attempts + 1`
+                 : sql`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(), attempts = 1, created_at = p.now,
+                       summary = ${claimant.summary ? sql.json(claimant.summary) : null}::jsonb`}
+          from target, params p
+         where k.tenant = target.tenant and k.key = target.key
+        returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
+      ),
+      listed as (
+        insert into idempotency_processing (stale_at, tenant, key, locked_at)
+        select stale_at, tenant, key, locked_at from taken
       )
-      update idempotency_keys k
-         set status = 'processing', released_at = null, lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = p.now, owner = ${claimant.owner ?? null}::uuid,
-             ${sameRequest
-               ? sql`attempts = k.attempts + 1`
-               : sql`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(), attempts = 1, created_at = p.now`}
-        from target, params p
-       where k.tenant = target.tenant and k.key = target.key
-      returning k.lease, k.attempts, k.request_id`
+      select lease::text as lease, attempts, request_id::text as request_id from taken`
     return row
   })
 }
@@ -83,15 +105,23 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
          where k.tenant = ${id.tenant} and k.key = ${id.key}
            and k.lease = ${seenLease} and ${expired(sql, sql`p.now`, claimant.retentionSeconds)}
            for update of k nowait
+      ),
+      taken as (
+        update idempotency_keys k
+           set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(),
+               status = 'processing', lease = ${claimant.lease ?? newLeaseId()}::bigint, attempts = 1, owner = ${claimant.owner ?? null}::uuid,
+               created_at = p.now, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)}, completed_at = null,
+               response_status = null, response_headers = null, response_body = null,
+               summary = ${claimant.summary ? sql.json(claimant.summary) : null}::jsonb
+          from target, params p
+         where k.tenant = target.tenant and k.key = target.key
+        returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
+      ),
+      listed as (
+        insert into idempotency_processing (stale_at, tenant, key, locked_at)
+        select stale_at, tenant, key, locked_at from taken
       )
-      update idempotency_keys k
-         set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(),
-             status = 'processing', lease = ${claimant.lease ?? newLeaseId()}::bigint, attempts = 1, owner = ${claimant.owner ?? null}::uuid,
-             created_at = p.now, locked_at = p.now, completed_at = null,
-             response_status = null, response_headers = null, response_body = null
-        from target, params p
-       where k.tenant = target.tenant and k.key = target.key
-      returning k.lease, k.attempts, k.request_id`
+      select lease::text as lease, attempts, request_id::text as request_id from taken`
     return row
   })
 }

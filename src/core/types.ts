@@ -46,6 +46,8 @@ export interface Claimant extends Timing {
   readonly owner?: string | null | undefined
   /** The lease to claim under, drawn by the caller before the claim is sent (lease-id.ts). @default a new one */
   readonly lease?: string | undefined
+  /** A small summary of the request chosen by the route (customer, amount), stored with the claim for operators. */
+  readonly summary?: Readonly<Record<string, string | number | boolean | null>> | null | undefined
 }
 
 /** The outcome of trying to claim a key: the HTTP layer maps each kind to one status. */

@@ -173,7 +173,7 @@ describe('completion', () => {
     const start = new Date()
     const lease = leaseOf(await claim(db.pools.short, id, timing(start)))
     // Past its TTL the key may be force-expired whatever its owner does.
-    const result = await forceExpire(db.pools.short, { tenant: id.tenant, key: id.key, lease: lease.lease }, 'test', { ttlSeconds: TTL, now: secondsAfter(start, TTL + 1) })
+    const result = await forceExpire(db.pools.short, { tenant: id.tenant, key: id.key, lease: lease.lease }, 'test', { now: secondsAfter(start, TTL + 1) })
     expect(result.outcome).toBe('expired')
     await expect(finish(lease)).rejects.toBeInstanceOf(LeaseLostError)
     expect(await sideEffects(id.key)).toBe(0)
@@ -292,7 +292,7 @@ describe('downstream key', () => {
     await release(db.pools.short, first)
     const second = leaseOf(await claim(db.pools.short, id, timing(start)))
     const third = leaseOf(await claim(db.pools.short, id, timing(secondsAfter(start, TTL + 1))))
-    await forceExpire(db.pools.short, { tenant: id.tenant, key: id.key, lease: third.lease }, 'test', { ttlSeconds: TTL, now: secondsAfter(start, 3 * TTL) })
+    await forceExpire(db.pools.short, { tenant: id.tenant, key: id.key, lease: third.lease }, 'test', { now: secondsAfter(start, 3 * TTL) })
     const fourth = leaseOf(await claim(db.pools.short, id, timing(secondsAfter(start, 3 * TTL))))
     const keys = new Set([first, second, third, fourth].map(downstreamKey))
     expect(new Set([first, second, third, fourth].map((lease) => lease.lease)).size).toBe(4)

@@ -82,10 +82,10 @@ describe('a live process', () => {
     const listed = newLeaseId()
     const owner = await liveProcess([listed], 5)
     const lost = await claimedBy(owner, 10)
-    expect((await forceExpire(db.pools.short, lost, 'test', { ttlSeconds: TTL })).outcome).toBe('expired')
+    expect((await forceExpire(db.pools.short, lost, 'test', {})).outcome).toBe('expired')
     const id = identity()
     await claim(db.pools.short, id, { ...timing, owner, lease: listed, now: new Date(Date.now() - 10_000) })
-    expect((await forceExpire(db.pools.short, { tenant: id.tenant, key: id.key, lease: listed }, 'test', { ttlSeconds: TTL })).outcome).toBe('worker_alive')
+    expect((await forceExpire(db.pools.short, { tenant: id.tenant, key: id.key, lease: listed }, 'test', {})).outcome).toBe('worker_alive')
   })
 })
 
