@@ -9,7 +9,8 @@ import { downstreamKey } from '../core/downstream-key'
 import { DatabaseUnavailableError, IdempotencyError, LeaseLostError, SQLSTATE, isUnavailable, sqlState } from '../core/errors'
 import { fingerprint } from '../core/fingerprint'
 import { newLeaseId } from '../core/lease-id'
-import { release } from '../core/release'
+import { release, type ReleaseReason } from '../core/release'
+import { completeRows, type RowWrites } from '../core/complete-rows'
 import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
 import { DEFAULT_MAX_BODY_BYTES, readJsonBody } from './body'
@@ -122,6 +123,27 @@ export interface RecordContext<Body, Result> {
   readonly tx: TransactionSql
 }
 
+export interface RowsContext<Body, Result> {
+  readonly body: Body
+  readonly tenant: string
+  readonly key: string
+  /** What the external step returned. */
+  readonly result: Result
+}
+
+/** What a declarative recording step returns: the answer to store, and the rows to insert with it. */
+export interface RowsResult extends HandlerResult {
+  /**
+   * Rows to insert, by table (`{ payments: [{ id, tenant, ... }] }`), in the
+   * same statement that completes the key: a column a row leaves out gets
+   * its default. Names are checked (lower-case identifiers).
+   */
+  readonly insert: RowWrites
+}
+
+/** What the route keeps of a request at claim, for operators: a few small fields (a payment's customer and amount). */
+export type RequestSummary = Readonly<Record<string, string | number | boolean | null>>
+
 export type Validation<Body> = { ok: true; value: Body } | { ok: false; errors: string[] }
 
 export interface IdempotentRoute<Body, Result> {
@@ -143,11 +165,27 @@ export interface IdempotentRoute<Body, Result> {
    */
   readonly act: (context: ActContext<Body>) => Promise<Result>
   /**
-   * The recording step: the business writes, through `tx`, in the transaction
-   * that completes the key, and the answer to store. A status of 500 or more
-   * is not stored: the writes roll back and the key is released.
+   * The recording step, declarative (give this or `record`): the answer to
+   * store and the rows to insert, written with the key's completion in one
+   * autocommit statement, batched with other requests' (core/complete-rows.ts).
+   * Two statements per fresh request in all, claim included. A status of 500
+   * or more is not stored: nothing is written and the key is released.
    */
-  readonly record: (context: RecordContext<Body, Result>) => Promise<HandlerResult>
+  readonly recordRows?: (context: RowsContext<Body, Result>) => RowsResult | Promise<RowsResult>
+  /**
+   * The recording step, transactional (give this or `recordRows`): the
+   * business writes through `tx`, in the transaction that completes the key,
+   * and the answer to store; for writes that need one (reads, updates,
+   * several dependent statements). A status of 500 or more is not stored:
+   * the writes roll back and the key is released.
+   */
+  readonly record?: (context: RecordContext<Body, Result>) => Promise<HandlerResult>
+  /**
+   * A summary of the request kept with its claim (at no extra statement), so
+   * an operator can tell what a stuck or released request was: the
+   * provider-side fields to look it up by. Keep it small (at most 1 kB). @default none
+   */
+  readonly summary?: (body: Body) => RequestSummary
 }
 
 /** A recording step answered 5xx: its writes roll back, the key is released, the answer goes out once. */
@@ -174,6 +212,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   const budgetMs = executionBudgetMs(ttlSeconds)
   const { pools, hooks = {} } = options
   const validate = route.validate ?? schemaValidator(route.body)
+  if (!route.record === !route.recordRows) throw new TypeError(`idempotentPost ${route.path}: give the route exactly one of record and recordRows`)
   const event = { route: route.path }
 
   function count(outcome: Outcome, started: number): void {
@@ -217,14 +256,19 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     // from now on, and known to us if the claim's answer never arrives.
     const leaseId = newLeaseId()
     const ticket = options.inFlight?.claiming(leaseId)
-    const claiming = claim(pools.short, identity, { ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.(), lease: leaseId })
+    // The deadline takes a claim still queued for its statement out of the queue (it is never sent).
+    const claimDeadline = AbortSignal.timeout(CLAIM_TIMEOUT_MS)
+    const claiming = claim(pools.short, identity, {
+      ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.(), lease: leaseId, summary: route.summary?.(valid.value) ?? null,
+    }, { signal: claimDeadline })
     let claimed: ClaimResult
     try {
       claimed = await withTimeout(claiming, CLAIM_TIMEOUT_MS, () => new DatabaseUnavailableError(new Error(`the claim got no answer within ${CLAIM_TIMEOUT_MS} ms`)))
     } catch (error) {
       ticket?.end()
       recoverLostClaim({ tenant, key, lease: leaseId }, claiming)
-      return failure(error, started, 'lost-claim')
+      // Past the deadline, whichever timer fired first (ours, or the queue's abort), the database did not answer in time.
+      return failure(claimDeadline.aborted && !isUnavailable(error) ? new DatabaseUnavailableError(error) : error, started, 'lost-claim')
     }
     switch (claimed.kind) {
       case 'replay':
@@ -261,14 +305,8 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         idempotencyKey: downstreamKey(lease),
         attempt: lease.attempts,
       }), deadline.signal)
-      // The completing phase: one short transaction, fenced by the lease.
-      completing = true
-      const stored = await complete(pools.work, lease, async (tx) => {
-        const answer = await route.record({ body, tenant: lease.tenant, key: lease.key, result, tx })
-        const response = toStored(answer)
-        if (answer.status >= 500) throw new FailedResult(response)
-        return response
-      }, { now: options.now?.() })
+      // The completing phase: one statement (or one short transaction), fenced by the lease.
+      const stored = await completeWith(lease, body, result, () => { completing = true })
       count(outcome, started)
       return new Response(stored.body, { status: stored.status, headers: stored.headers })
     } catch (error) {
@@ -277,7 +315,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         count('lease_lost', started)
         return problemResponse(problem('lease-lost'))
       }
-      const released = await releaseQuietly(lease)
+      const released = await releaseQuietly(lease, reasonOf(error))
       if (released) notify('onRelease', hooks.onRelease, event)
       // A completion whose answer was lost may have committed: then the key is
       // done (not ours to release any more), and a retry replays it at once.
@@ -296,7 +334,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
    * may reject unhandled (invariant 9).
    */
   function recoverLostClaim(lease: Pick<Lease, 'tenant' | 'key' | 'lease'>, claiming: Promise<ClaimResult>): void {
-    const giveBack = () => release(pools.short, lease).then((released) => {
+    const giveBack = () => release(pools.short, lease, 'lost_claim').then((released) => {
       if (released) notify('onRelease', hooks.onRelease, event)
       return released
     }, () => false)
@@ -313,11 +351,31 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     next()
   }
 
-  async function releaseQuietly(lease: Lease): Promise<boolean> {
+  /** The recording step and the completion, in the route's form; `sending` is called as the completion goes to the database. */
+  async function completeWith(lease: Lease, body: Body, result: Result, sending: () => void): Promise<StoredResponse> {
+    const now = options.now?.()
+    const context = { body, tenant: lease.tenant, key: lease.key, result }
+    if (route.recordRows) {
+      const answer = await route.recordRows(context)
+      const response = toStored(answer)
+      if (answer.status >= 500) throw new FailedResult(response)
+      sending()
+      return completeRows(pools.work, lease, response, answer.insert, { now })
+    }
+    sending()
+    return complete(pools.work, lease, async (tx) => {
+      const answer = await route.record!({ ...context, tx })
+      const response = toStored(answer)
+      if (answer.status >= 500) throw new FailedResult(response)
+      return response
+    }, { now })
+  }
+
+  async function releaseQuietly(lease: Lease, reason: ReleaseReason): Promise<boolean> {
     let timer: ReturnType<typeof setTimeout> | undefined
     const timeout = new Promise<false>((resolve) => { timer = setTimeout(() => resolve(false), RELEASE_TIMEOUT_MS) })
     try {
-      return await Promise.race([release(pools.short, lease).catch(() => false), timeout])
+      return await Promise.race([release(pools.short, lease, reason).catch(() => false), timeout])
     } finally {
       clearTimeout(timer)
     }
@@ -416,6 +474,13 @@ function replay(response: StoredResponse): Response {
     status: response.status,
     headers: { ...response.headers, 'idempotent-replayed': 'true' },
   })
+}
+
+/** Why a failed request's key is released, for operators (a deadline may be followed by a late charge). */
+function reasonOf(error: unknown): ReleaseReason {
+  if (error instanceof DeadlineExceededError) return 'deadline'
+  if (error instanceof ShuttingDownError) return 'shutdown'
+  return 'failed'
 }
 
 /** `work`, or `timeout()`'s error after `ms`; the work goes on (its late result is the caller's to handle). */

@@ -23,7 +23,7 @@ interface Claim {
  * - the heartbeat: the leases of claims sent and not yet ended (`leaseIds`),
  *   listed from before the claim's statement is sent, so that a key this
  *   process claimed and does not list is known to be worked on by nobody
- *   (core/processes.ts workedOnCondition).
+ *   (core/policy.ts workedOn).
  */
 export class InFlight {
   readonly #claims = new Set<Claim>()
