@@ -140,8 +140,9 @@ test('from the alert to the clear: alert link → filtered list → key detail �
   await shot(page, 'admin-audit-entry')
 
   // Back on the list the operator came from: the key is gone from it; the others wait.
+  // (order-7790, 4 s old at the start, turns stale too when the walk takes over 26 s, as on a loaded machine: seen in a full run.)
   await page.goto(`${server.url}/admin?tenant=acme&stale=1`)
-  expect(await keys.allInnerTexts()).toEqual(['order-7734', LONG_KEY])
+  expect((await keys.allInnerTexts()).filter((key) => key !== 'order-7790')).toEqual(['order-7734', LONG_KEY])
 
   // Hostile keys are text, never markup.
   await page.goto(`${server.url}/admin?tenant=globex`)
