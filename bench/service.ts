@@ -25,6 +25,9 @@ export async function startService(databaseUrl: string, providerUrl: string, env
       PAYMENT_PROVIDER_URL: providerUrl,
       API_KEYS: `${BENCH_TENANT}:${BENCH_API_KEY}`,
       ADMIN_TOKEN: 'bench-admin-token',
+      // A benchmark is one tenant at full speed: the per-tenant limits would measure themselves.
+      TENANT_RATE_LIMIT: '0',
+      TENANT_MAX_IN_FLIGHT: '0',
       BENCH_BASELINE_ROUTE: '1',
       NODE_ENV: 'production',
       ...env,

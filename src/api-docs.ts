@@ -99,7 +99,8 @@ export function apiDocs(options: DocsOptions = {}) {
   return openapi({
     path: DOCS_PATH,
     specPath: OPENAPI_PATH,
-    provider: 'scalar',
+    // No UI from the plugin (it loads one from a CDN): /docs is served from an installed package (docs-ui.ts).
+    provider: null,
     // The admin HTML pages and the bench-only route are not an API.
     exclude: { paths: [/^\/admin(\/\*)?$/, /^\/bench\//] },
     documentation: {

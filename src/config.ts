@@ -3,6 +3,8 @@
  * A bad value stops the start with the variable's name: a silent default
  * would hide a typo until the first incident.
  */
+import { isIP } from 'node:net'
+import { credential, DEFAULT_OPERATOR, OPERATOR_NAME, type OperatorCredential } from './credentials'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, MIN_TTL_SECONDS } from './core/policy'
 
 /** Listen address; loopback unless the operator opens it up. */
@@ -25,6 +27,31 @@ export const DEFAULT_EMBEDDED_PORT = 54329
 export const DEFAULT_PROVIDER_PORT = 3001
 /** The simulator's durable ledger, relative to the working directory like the embedded data. */
 export const DEFAULT_PROVIDER_LEDGER = '.data/provider/ledger.sqlite'
+/**
+ * NODE_ENV=production: secrets (API keys, admin and metrics tokens) must be
+ * at least this long. 32 random characters of the base64url alphabet are
+ * 192 bits: out of reach of any guessing, throttled or not.
+ */
+export const MIN_PRODUCTION_SECRET_LENGTH = 32
+/** Outside production a short admin token is only refused below this (a typo, not a choice). */
+const MIN_DEV_TOKEN_LENGTH = 8
+/** The key of the dev-only demo tenant, refused in production even when given explicitly. */
+export const DEMO_API_KEY = 'demo-key'
+/**
+ * 100 requests per second per tenant and process, with bursts of 200: five
+ * times the 1.7 s that 200 keys took in the attack this limit answers, and at
+ * the default in-flight cap (64) a provider answering within 640 ms is never
+ * the reason for a 429 (100/s × 0.64 s = 64 in flight).
+ */
+export const DEFAULT_TENANT_RATE_LIMIT = 100
+export const DEFAULT_TENANT_RATE_BURST = 200
+/**
+ * 64 requests of one tenant in processing at once, per process: 8 times the
+ * 8 connections of each pool (store/db.ts), so one tenant keeps every pool
+ * busy only with requests it really has in flight, and a provider that hangs
+ * (up to the TTL, 30 s) strands at most 64 of its requests, not thousands.
+ */
+export const DEFAULT_TENANT_MAX_IN_FLIGHT = 64
 
 export interface Config {
   /** A real server's URL, or undefined for the embedded PostgreSQL. */
@@ -37,9 +64,29 @@ export interface Config {
   readonly apiKeys: ReadonlyMap<string, string>
   /** True when API_KEYS was unset and the dev-only demo tenant is in use. */
   readonly demoKeys: boolean
-  readonly adminToken: string
-  /** True when ADMIN_TOKEN was unset and a random one was made for this run. */
-  readonly adminTokenGenerated: boolean
+  /** Who may use /admin (ADMIN_TOKENS and ADMIN_TOKEN): names and token hashes, never the tokens. */
+  readonly operators: readonly OperatorCredential[]
+  /** The random token of operator "admin" made for this run when no admin token is set (outside production only), to print once. */
+  readonly generatedAdminToken: string | undefined
+  /**
+   * TRUST_PROXY: how many reverse proxies stand in front of the service (0:
+   * none). With N > 0 the client address is the Nth X-Forwarded-For entry from
+   * the right, and X-Forwarded-Proto: https makes cookies Secure and sends HSTS.
+   */
+  readonly trustProxy: number
+  /** ALLOWED_HOSTS: Host names served besides IP literals and localhost (a defence against DNS rebinding); `any` for `*`. */
+  readonly allowedHosts: { readonly any: boolean; readonly names: readonly string[] }
+  /** METRICS_TOKEN: when set, /metrics needs `Authorization: Bearer <it>`. */
+  readonly metricsToken: string | undefined
+  /** METRICS_PORT: when set, /metrics is served there (on METRICS_HOST) and not on PORT. */
+  readonly metricsPort: number | undefined
+  readonly metricsHost: string
+  /** TENANT_RATE_LIMIT: requests per second each tenant may send (per process); 0 is no limit. */
+  readonly tenantRateLimit: number
+  /** TENANT_RATE_BURST: how many requests a tenant may send at once above its rate. */
+  readonly tenantRateBurst: number
+  /** TENANT_MAX_IN_FLIGHT: requests of one tenant in processing at once (per process); 0 is no cap. */
+  readonly tenantMaxInFlight: number
   /** Age after which a processing key whose owner is gone may be reclaimed. */
   readonly ttlSeconds: number
   /** How long a completed key is replayed. */
@@ -105,7 +152,7 @@ function apiKeys(env: Env, production: boolean): { keys: Map<string, string>; de
   const raw = env.API_KEYS
   if (raw === undefined || raw.trim() === '') {
     if (production) throw new ConfigError('API_KEYS', 'must be set when NODE_ENV=production (the demo key is dev-only)')
-    return { keys: new Map([['demo-key', 'demo']]), demo: true }
+    return { keys: new Map([[DEMO_API_KEY, 'demo']]), demo: true }
   }
   const keys = new Map<string, string>()
   for (const entry of raw.split(',')) {
@@ -113,9 +160,71 @@ function apiKeys(env: Env, production: boolean): { keys: Map<string, string>; de
     if (!match) throw new ConfigError('API_KEYS', `every entry must be tenant:key (tenant of letters, digits, _ . -), got ${JSON.stringify(entry.trim())}`)
     const [, tenant, key] = match as unknown as [string, string, string]
     if (keys.has(key)) throw new ConfigError('API_KEYS', `the same key is given twice`)
+    if (production && key === DEMO_API_KEY) throw new ConfigError('API_KEYS', `tenant "${tenant}" has the demo key, which NODE_ENV=production refuses`)
+    if (production && key.length < MIN_PRODUCTION_SECRET_LENGTH)
+      throw new ConfigError('API_KEYS', `tenant "${tenant}"'s key is ${key.length} characters; NODE_ENV=production needs at least ${MIN_PRODUCTION_SECRET_LENGTH}`)
     keys.set(key, tenant)
   }
   return { keys, demo: false }
+}
+
+/**
+ * ADMIN_TOKENS (`name:token,...`, a token also as `sha256:<hex>`) and
+ * ADMIN_TOKEN (operator "admin"). Names and tokens must be distinct: the
+ * token alone says who signs in.
+ */
+function operators(env: Env, production: boolean): { operators: OperatorCredential[]; generated: string | undefined } {
+  const list: OperatorCredential[] = []
+  const short = (variable: string, name: string, length: number) => {
+    const min = production ? MIN_PRODUCTION_SECRET_LENGTH : MIN_DEV_TOKEN_LENGTH
+    if (length < min)
+      throw new ConfigError(variable, `operator "${name}"'s token is ${length} characters; ${production ? 'NODE_ENV=production needs' : 'the minimum is'} at least ${min}`)
+  }
+  const add = (variable: string, name: string, secret: string) => {
+    const entry = credential(name, secret)
+    if (!entry.hashed) short(variable, name, secret.length)
+    if (list.some((other) => other.name === name)) throw new ConfigError(variable, `operator "${name}" is given twice`)
+    if (list.some((other) => other.digest.equals(entry.digest))) throw new ConfigError(variable, `operator "${name}" has the same token as another operator`)
+    list.push(entry)
+  }
+  const single = env.ADMIN_TOKEN?.trim()
+  if (single) add('ADMIN_TOKEN', DEFAULT_OPERATOR, single)
+  const named = env.ADMIN_TOKENS?.trim()
+  if (named) {
+    for (const entry of named.split(',')) {
+      const match = /^([^:]+):([!-~]{1,512})$/.exec(entry.trim())
+      if (!match || !OPERATOR_NAME.test(match[1]!))
+        throw new ConfigError('ADMIN_TOKENS', `every entry must be name:token or name:sha256:<64 hex digits> (name of letters, digits, _ . @ -), got an entry starting ${JSON.stringify(entry.trim().slice(0, 12))}`)
+      add('ADMIN_TOKENS', match[1]!, match[2]!)
+    }
+  }
+  if (list.length > 0) return { operators: list, generated: undefined }
+  if (production) throw new ConfigError('ADMIN_TOKEN', 'ADMIN_TOKEN or ADMIN_TOKENS must be set when NODE_ENV=production (no random token is made)')
+  const generated = randomToken()
+  return { operators: [credential(DEFAULT_OPERATOR, generated)], generated }
+}
+
+/** Host names as ALLOWED_HOSTS lists them: `*`, or names (a leading dot: that domain and every name under it). */
+function allowedHosts(env: Env, host: string): { any: boolean; names: string[] } {
+  const raw = env.ALLOWED_HOSTS?.trim()
+  if (raw === '*') return { any: true, names: [] }
+  const names = raw ? raw.split(',').map((name) => name.trim().toLowerCase()) : []
+  for (const name of names) {
+    if (!/^\.?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/.test(name))
+      throw new ConfigError('ALLOWED_HOSTS', `must be * or host names separated by commas (no port, no scheme), got ${JSON.stringify(name)}`)
+  }
+  // The listen address, when it is a name (an IP literal is always allowed).
+  if (host && isIP(host) === 0 && !names.includes(host.toLowerCase())) names.push(host.toLowerCase())
+  return { any: false, names }
+}
+
+function secret(env: Env, name: string, production: boolean): string | undefined {
+  const raw = env[name]?.trim()
+  if (!raw) return undefined
+  const min = production ? MIN_PRODUCTION_SECRET_LENGTH : MIN_DEV_TOKEN_LENGTH
+  if (raw.length < min || !/^[!-~]+$/.test(raw))
+    throw new ConfigError(name, `must be at least ${min} printable characters${production ? ' when NODE_ENV=production' : ''}, got ${raw.length}`)
+  return raw
 }
 
 function randomToken(): string {
@@ -137,29 +246,48 @@ export function loadDatabaseConfig(env: Env = process.env): DatabaseConfig {
   return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1 }
 }
 
+/** NODE_ENV=production in any letter case (`Production` too): a near miss must not turn the checks off. */
+export function isProduction(env: Env): boolean {
+  return env.NODE_ENV?.trim().toLowerCase() === 'production'
+}
+
 export function loadConfig(env: Env = process.env): Config {
-  const production = env.NODE_ENV === 'production'
+  const production = isProduction(env)
   const ttlSeconds = integer(env, 'IDEMPOTENCY_TTL_SECONDS', DEFAULT_TTL_SECONDS, MIN_TTL_SECONDS)
   const retentionSeconds = integer(env, 'IDEMPOTENCY_RETENTION_SECONDS', DEFAULT_RETENTION_SECONDS, 1)
   if (retentionSeconds < ttlSeconds)
     throw new ConfigError('IDEMPOTENCY_RETENTION_SECONDS', `must be at least IDEMPOTENCY_TTL_SECONDS (${ttlSeconds}), got ${retentionSeconds}`)
-  const { keys, demo } = apiKeys(env, production)
-  const adminToken = env.ADMIN_TOKEN
-  if (adminToken !== undefined && adminToken !== '' && adminToken.length < 8)
-    throw new ConfigError('ADMIN_TOKEN', 'must be at least 8 characters')
   const { databaseUrl, databasePgbouncer } = loadDatabaseConfig(env)
+  // Production runs on nothing made for a laptop: no embedded database (its superuser is postgres:postgres), no simulator taking "payments".
+  if (production && !databaseUrl) throw new ConfigError('DATABASE_URL', 'must be set when NODE_ENV=production (the embedded PostgreSQL is for development)')
+  const provider = providerUrl(env)
+  if (production && !provider) throw new ConfigError('PAYMENT_PROVIDER_URL', 'must be set when NODE_ENV=production (the bundled simulator takes no real payments)')
+  const { keys, demo } = apiKeys(env, production)
+  const admins = operators(env, production)
+  const host = env.HOST?.trim() || DEFAULT_HOST
+  const port = integer(env, 'PORT', DEFAULT_PORT, 0, 65535) || badPort(env, 'PORT')
+  const metricsPort = integer(env, 'METRICS_PORT', 0, 0, 65535) || undefined
+  if (metricsPort !== undefined && metricsPort === port) throw new ConfigError('METRICS_PORT', `must differ from PORT (${port}); leave it unset to serve /metrics on PORT`)
   return Object.freeze({
     databaseUrl,
     databasePgbouncer,
-    host: env.HOST?.trim() || DEFAULT_HOST,
-    port: integer(env, 'PORT', DEFAULT_PORT, 0, 65535) || badPort(env, 'PORT'),
+    host,
+    port,
     apiKeys: keys,
     demoKeys: demo,
-    adminToken: adminToken || randomToken(),
-    adminTokenGenerated: !adminToken,
+    operators: Object.freeze(admins.operators),
+    generatedAdminToken: admins.generated,
+    trustProxy: integer(env, 'TRUST_PROXY', 0, 0, 16),
+    allowedHosts: Object.freeze(allowedHosts(env, host)),
+    metricsToken: secret(env, 'METRICS_TOKEN', production),
+    metricsPort,
+    metricsHost: env.METRICS_HOST?.trim() || host,
+    tenantRateLimit: integer(env, 'TENANT_RATE_LIMIT', DEFAULT_TENANT_RATE_LIMIT, 0, 1_000_000),
+    tenantRateBurst: integer(env, 'TENANT_RATE_BURST', DEFAULT_TENANT_RATE_BURST, 1, 1_000_000),
+    tenantMaxInFlight: integer(env, 'TENANT_MAX_IN_FLIGHT', DEFAULT_TENANT_MAX_IN_FLIGHT, 0, 1_000_000),
     ttlSeconds,
     retentionSeconds,
-    providerUrl: providerUrl(env),
+    providerUrl: provider,
     providerPort: integer(env, 'PAYMENT_PROVIDER_PORT', DEFAULT_PROVIDER_PORT, 0, 65535) || badPort(env, 'PAYMENT_PROVIDER_PORT'),
     providerDelayMs: integer(env, 'PAYMENT_PROVIDER_DELAY_MS', 0, 0),
     providerFailureRate: fraction(env, 'PAYMENT_PROVIDER_FAILURE_RATE'),

@@ -60,7 +60,9 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   const deps = { config, pools, metrics, gauges, inFlight, health, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
   const app = buildApp(deps)
   const server = serve(app, deps, { reusePort: config.workers > 1 })
-  log(`listening on ${server.hostname}:${server.port} (pid ${process.pid})`)
+  // METRICS_PORT: /metrics on a listener of its own (and not on PORT), e.g. one only the monitoring network reaches.
+  const metricsServer = config.metricsPort !== undefined ? serve(app, deps, { reusePort: config.workers > 1, listener: 'metrics' }) : undefined
+  log(`listening on ${server.hostname}:${server.port} (pid ${process.pid})${metricsServer ? `, metrics on ${metricsServer.hostname}:${metricsServer.port}` : ''}`)
   const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: config.retentionSeconds, intervalMs: config.purgeIntervalMs, metrics, log })
   options.onListening?.(server.port ?? config.port)
 
@@ -87,7 +89,7 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   // accepted so far is counted, claimed or not, and waited for.
   inFlight.drain()
   log(`${signal}: draining ${inFlight.size} in-flight request(s)`)
-  const stopped = server.stop(false)
+  const stopped = Promise.all([server.stop(false), metricsServer?.stop(false)])
   await purge.stop()
   const drained = await inFlight.drained(DRAIN_TIMEOUT_MS)
   if (!drained) {

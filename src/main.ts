@@ -24,12 +24,16 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
 /** Set by the supervisor in its workers' environment, to its own pid. */
 const WORKER_ENV = 'IDEMPOTENT_POST_WORKER'
 
+/** Loaded with the config (store/masked-url.ts), before anything is printed. */
+let maskedUrl: (url: string) => string = () => '(not shown)'
+
 function log(line: string): void {
   console.log(`[${new Date().toISOString()}] ${line}`)
 }
 
 async function main(): Promise<number> {
   const { ConfigError, DEFAULT_EMBEDDED_DIR, loadConfig } = await import('./config')
+  maskedUrl = (await import('./store/masked-url')).maskedUrl
   let config: Config
   try {
     config = loadConfig()
@@ -94,7 +98,11 @@ async function main(): Promise<number> {
       const { sharedPort, superviseWorkers } = await import('./workers')
       const port = sharedPort(config.host, config.port)
       banner({ ...served, port }, databaseUrl, simulated)
-      const env = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), PAYMENT_PROVIDER_URL: providerUrl, [WORKER_ENV]: String(process.pid) }
+      // A random admin token made for this run is passed on, so every worker takes the one the banner prints.
+      const env = {
+        ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), PAYMENT_PROVIDER_URL: providerUrl, [WORKER_ENV]: String(process.pid),
+        ...(config.generatedAdminToken ? { ADMIN_TOKEN: config.generatedAdminToken } : {}),
+      }
       serving = true
       return await superviseWorkers({ count: config.workers, env, log, stop: stop.signal })
     }
@@ -153,16 +161,8 @@ async function startSimulator(config: Config): Promise<{ url: string; stop(): Pr
     for (const deadline = Date.now() + STOP_GRACE_MS; orphans.some(alive) && Date.now() < deadline;) await Bun.sleep(50)
     for (const pid of orphans.filter(alive)) signal(pid, 'SIGKILL')
   }
-  const simulator = await spawnSimulator({
-    detached: true,
-    env: {
-      PAYMENT_PROVIDER_PORT: String(config.providerPort),
-      PAYMENT_PROVIDER_DELAY_MS: String(config.providerDelayMs),
-      PAYMENT_PROVIDER_FAILURE_RATE: String(config.providerFailureRate),
-      PAYMENT_PROVIDER_LOST_RESPONSE_RATE: String(config.providerLostResponseRate),
-      PAYMENT_PROVIDER_LEDGER: config.providerLedger,
-    },
-  })
+  const { simulatorEnv } = await import('./provider/simulator-env')
+  const simulator = await spawnSimulator({ detached: true, env: simulatorEnv(config, process.env) })
   const record = join(records, String(simulator.proc.pid))
   writeFileSync(record, String(process.pid))
   return {
@@ -191,10 +191,14 @@ function banner(config: Config, databaseUrl: string, simulated: boolean): void {
     `payments API   ${base}/api/payments`,
     config.demoKeys ? `API key        demo-key (tenant "demo"; dev only: set API_KEYS for real use)` : `API keys       ${config.apiKeys.size} configured`,
     `admin          ${base}/admin`,
-    config.adminTokenGenerated ? `admin token    ${config.adminToken} (random for this run: set ADMIN_TOKEN to keep one)` : `admin token    from ADMIN_TOKEN`,
+    config.generatedAdminToken
+      ? `admin token    ${config.generatedAdminToken} (random for this run: set ADMIN_TOKEN or ADMIN_TOKENS to keep one)`
+      : `admin token    from ADMIN_TOKEN/ADMIN_TOKENS, operators: ${config.operators.map((operator) => operator.name).join(', ')}`,
     `API docs       ${base}/docs (OpenAPI: ${base}/openapi.json)`,
-    `metrics        ${base}/metrics`,
-    `database       ${databaseUrl.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@')}`,
+    config.metricsPort !== undefined
+      ? `metrics        http://${config.metricsHost.includes(':') ? `[${config.metricsHost}]` : config.metricsHost}:${config.metricsPort}/metrics${config.metricsToken ? ' (Bearer METRICS_TOKEN)' : ''}`
+      : `metrics        ${base}/metrics${config.metricsToken ? ' (Bearer METRICS_TOKEN)' : ''}`,
+    `database       ${maskedUrl(databaseUrl)}`,
     `provider       ${config.providerUrl}${simulated ? ' (simulator; set PAYMENT_PROVIDER_URL for a real one)' : ''}`,
   ]
   console.log(lines.join('\n'))

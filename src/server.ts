@@ -16,6 +16,11 @@ import { databaseAnswers, type Pools } from './store/db'
 import type { DatabaseHealth } from './store/health'
 import { isUnavailable } from './core/errors'
 import { adminApp, adminRoutes, type AdminOptions } from './admin/routes'
+import { SignInThrottle } from './admin/throttle'
+import { clientMeta, rememberMeta } from './http/client'
+import { edgeGuard, secured } from './http/edge'
+import { TenantLimits } from './http/rate-limit'
+import { docsUi } from './docs-ui'
 
 export interface AppDependencies {
   readonly config: Config
@@ -34,6 +39,8 @@ export interface AppDependencies {
   readonly health?: DatabaseHealth
   /** Tests move the engine's clock with this. */
   readonly now?: () => Date | undefined
+  /** The per-tenant limits of /api (http/rate-limit.ts). @default from config, one per process */
+  readonly limits?: TenantLimits
 }
 
 /** Routes that cannot answer without the database. */
@@ -44,7 +51,7 @@ const NEEDS_DATABASE = /^\/(api|admin)(\/|$)/
  * match wins); any other path is counted as `other` (http/observe.ts).
  */
 export const ROUTE_LABELS: readonly string[] = [
-  ...PAYMENTS_ROUTES, '/healthz', '/readyz', '/metrics', ...DOCS_ROUTES, '/admin/api/*', '/admin/*',
+  ...PAYMENTS_ROUTES, '/healthz', '/readyz', '/metrics', ...DOCS_ROUTES, '/docs/*', '/admin/api/*', '/admin/*',
 ]
 
 /** The payments service as an Elysia app, without a listening socket (tests call `app.handle`). */
@@ -55,7 +62,8 @@ export function buildApp(deps: AppDependencies) {
   const provider = deps.provider ?? providerFor(config)
   const admin: AdminOptions = {
     pools,
-    adminToken: config.adminToken,
+    operators: config.operators,
+    throttle: new SignInThrottle(),
     ttlSeconds: config.ttlSeconds,
     retentionSeconds: config.retentionSeconds,
     metrics,
@@ -80,6 +88,7 @@ export function buildApp(deps: AppDependencies) {
     })
     // The admin's JSON API is described from an instance of the admin app's own routes (it is only read).
     .use(apiDocs({ admin: adminApp(admin) }))
+    .use(docsUi())
     .get('/healthz', () => Response.json({ status: 'ok' }), {
       detail: detail({ summary: 'Liveness: 200 while the process runs', tags: ['operations'], security: [], responses: { 200: health('ok') } }),
     })
@@ -151,8 +160,24 @@ function withOrigin(request: Request, origin: string): Request {
   return new Request(new URL(request.url, origin), { method: request.method, headers, ...(hasBody ? { body: request.body, duplex: 'half' } : {}) } as RequestInit)
 }
 
-export function serve(app: App, deps: AppDependencies, options: { reusePort?: boolean } = {}) {
-  const answer = observed(ROUTE_LABELS, countAnswer(deps.metrics), (request) => app.handle(request))
+export interface ServeOptions {
+  readonly reusePort?: boolean
+  /** `metrics`: the METRICS_PORT listener (on METRICS_HOST), serving /metrics only. @default 'main' */
+  readonly listener?: 'main' | 'metrics'
+}
+
+export function serve(app: App, deps: AppDependencies, options: ServeOptions = {}) {
+  const { config } = deps
+  const listener = options.listener ?? 'main'
+  // Host allow-list, /metrics placement and token, tenant limits, nosniff and HSTS (http/edge.ts).
+  const guarded = edgeGuard({
+    allowedHosts: config.allowedHosts,
+    metricsToken: config.metricsToken,
+    listener,
+    metricsElsewhere: config.metricsPort !== undefined,
+    limits: { limits: deps.limits ?? new TenantLimits({ rate: config.tenantRateLimit, burst: config.tenantRateBurst, maxInFlight: config.tenantMaxInFlight }), tenantOf: bearerTenant(config.apiKeys) },
+  }, (request) => app.handle(request))
+  const answer = observed(ROUTE_LABELS, countAnswer(deps.metrics), guarded)
   // Every request is counted from its acceptance until answered: a shutdown
   // closes the pools only after the last one (lifecycle.ts).
   const handle = deps.inFlight
@@ -168,18 +193,23 @@ export function serve(app: App, deps: AppDependencies, options: { reusePort?: bo
   // An HTTP/1.0 request may come without Host (legal there; HAProxy's default
   // health check is one): Bun then gives only the path as its URL, which no
   // URL parser takes. It is served with the address we listen on as its origin.
-  const fetch = (request: Request, server: Bun.Server<unknown>) => request.headers.has('host')
-    ? handle(request)
-    : handle(withOrigin(request, `http://${server.hostname?.includes(':') ? `[${server.hostname}]` : server.hostname}:${server.port}`))
+  const fetch = (request: Request, server: Bun.Server<unknown>) => {
+    const served = request.headers.has('host')
+      ? request
+      : withOrigin(request, `http://${server.hostname?.includes(':') ? `[${server.hostname}]` : server.hostname}:${server.port}`)
+    // Who is asking, found once (http/client.ts): the socket's address, or a trusted proxy's word for it.
+    rememberMeta(served, clientMeta(served, server.requestIP(request)?.address, config.trustProxy))
+    return handle(served)
+  }
   return Bun.serve({
-    hostname: deps.config.host,
-    port: deps.config.port,
+    hostname: listener === 'metrics' ? config.metricsHost : config.host,
+    port: listener === 'metrics' ? config.metricsPort ?? 0 : config.port,
     reusePort: options.reusePort ?? false,
     maxRequestBodySize: BUN_BODY_CAP_BYTES,
     fetch,
     error(error) {
       console.error('server error:', error.message)
-      return problemResponse(problem('internal'))
+      return secured(problemResponse(problem('internal')), false)
     },
   })
 }

@@ -12,7 +12,8 @@ test('defaults', () => {
   const config = loadConfig({})
   expect(config).toMatchObject({ host: '127.0.0.1', port: 3000, ttlSeconds: 30, retentionSeconds: 86400, workers: 1, maxBodyBytes: 65536, providerDelayMs: 0, providerFailureRate: 0, demoKeys: true })
   expect(config.apiKeys.get('demo-key')).toBe('demo')
-  expect(config.adminToken.length).toBeGreaterThanOrEqual(16)
+  expect(config.generatedAdminToken!.length).toBeGreaterThanOrEqual(16)
+  expect(config.operators.map((operator) => operator.name)).toEqual(['admin'])
   expect(Object.isFrozen(config)).toBe(true)
 })
 
@@ -33,7 +34,7 @@ test('bad values stop the start, naming the variable', () => {
   refuses({ API_KEYS: 'acme' }, 'API_KEYS')
   refuses({ API_KEYS: 'acme:k1,:k2' }, 'API_KEYS')
   refuses({ API_KEYS: 'acme:k1,globex:k1' }, 'API_KEYS')
-  refuses({ NODE_ENV: 'production' }, 'API_KEYS')
+  refuses({ NODE_ENV: 'production' }, 'DATABASE_URL')
   refuses({ DATABASE_URL: 'mysql://x' }, 'DATABASE_URL')
 })
 
@@ -42,8 +43,8 @@ test('valid values are taken as given', () => {
   expect(config.apiKeys.get('k2')).toBe('globex')
   expect(config.port).toBe(8080)
   expect(config.providerFailureRate).toBe(0.25)
-  expect(config.adminToken).toBe('a-long-token')
-  expect(config.adminTokenGenerated).toBe(false)
+  expect(config.operators.map((operator) => operator.name)).toEqual(['admin'])
+  expect(config.generatedAdminToken).toBeUndefined()
 })
 
 test('the service refuses to start on a bad value and names the variable', async () => {

@@ -1,7 +1,10 @@
 /**
  * /admin/api/...: the admin as JSON, for scripts. Authenticated by
- * `Authorization: Bearer <ADMIN_TOKEN>` only (never by the browser's cookie),
- * so a foreign page cannot make a browser call it: no CSRF exposure. Each
+ * `Authorization: Bearer <operator token>` only (never by the browser's
+ * cookie), so a foreign page cannot make a browser call it: no CSRF exposure.
+ * Wrong tokens are throttled per address like the sign-in form's (auth.ts).
+ * The audit actor is the operator the token names (`api:alice`); an
+ * X-Admin-Actor header only adds a note (`api:alice (deploy-bot)`). Each
  * route validates its input (schemas.ts), calls one operation and prints its
  * result with src/operations/json.ts, the same JSON the CLI prints.
  */
@@ -11,24 +14,32 @@ import type { Operations } from '../operations'
 import { parseAuditFilters } from '../operations/audit'
 import { parseKeyFilters } from '../operations/filters'
 import { auditJson, auditPageJson, countsJson, expireStaleJson, forceExpireJson, keyDetailJson, keyPageJson, purgeJson } from '../operations/json'
-import { ApiUnauthorizedError, NotFoundError } from './errors'
+import type { Logger } from '../log'
+import type { Sql } from '../core/types'
+import type { AdminAuth } from './auth'
+import { ApiUnauthorizedError, NotFoundError, ThrottledError } from './errors'
 import { ApiCountsQuery, ApiExpireBody, ApiExpireStaleBody, ApiKeysQuery, AuditEntryParams, AuditQuery, KeyParams, KeyQuery } from './schemas'
-import { validName, type SessionKeys } from './session'
+import { actorOf, validNote } from './session'
 
 export interface AdminDeps {
   readonly ops: Operations
-  readonly keys: SessionKeys
+  readonly auth: AdminAuth
+  /** The sessions' table (sessions.ts). */
+  readonly sql: Sql
+  /** Tests move the clock with this. @default the database's now() */
+  readonly now: () => Date | undefined
+  readonly log: Logger
 }
 
-/** Scripts may name themselves for the audit trail (X-Admin-Actor); the name is checked like a sign-in name. */
-function actorOf(request: Request): string {
-  const name = request.headers.get('x-admin-actor')?.trim()
-  return name && validName(name) ? `api:${name}` : 'api'
+/** Scripts may add a note to their operator name for the audit trail (X-Admin-Actor), checked like the sign-in form's. */
+function noteOf(request: Request): string | undefined {
+  const note = request.headers.get('x-admin-actor')?.trim()
+  return note && validNote(note) ? note : undefined
 }
 
 const limitOf = (raw: string | undefined): number | undefined => (raw === undefined ? undefined : Number(raw))
 
-export function adminApi({ ops, keys }: AdminDeps) {
+export function adminApi({ ops, auth }: AdminDeps) {
   const detail = async (tenant: string, key: string) => {
     const found = await ops.show(tenant, key)
     if (!found) throw new NotFoundError('No key with this tenant and key.')
@@ -37,8 +48,10 @@ export function adminApi({ ops, keys }: AdminDeps) {
   return new Elysia({ prefix: '/admin/api' })
     // Before validation and the handler: without the token nothing else is looked at.
     .derive(({ request }) => {
-      if (!keys.hasBearer(request)) throw new ApiUnauthorizedError()
-      return { actor: actorOf(request) }
+      const verdict = auth.bearer(request)
+      if (verdict.kind === 'throttled') throw new ThrottledError(verdict.retryAfterSeconds)
+      if (verdict.kind !== 'ok') throw new ApiUnauthorizedError()
+      return { actor: actorOf('api', verdict.operator, noteOf(request)) }
     })
     .get('/keys', async ({ query }) =>
       keyPageJson(await ops.list(parseKeyFilters(query), { cursor: query.cursor || undefined, limit: limitOf(query.limit) })), { query: ApiKeysQuery })

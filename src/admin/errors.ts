@@ -3,8 +3,16 @@
 /** No valid Bearer token on /admin/api: 401 with a challenge. */
 export class ApiUnauthorizedError extends Error {
   constructor() {
-    super('Send Authorization: Bearer <ADMIN_TOKEN>.')
+    super('Send Authorization: Bearer <operator token> (ADMIN_TOKENS or ADMIN_TOKEN).')
     this.name = 'ApiUnauthorizedError'
+  }
+}
+
+/** Too many wrong tokens from this address (throttle.ts): 429 with Retry-After, the token not even looked at. */
+export class ThrottledError extends Error {
+  constructor(readonly retryAfterSeconds: number) {
+    super(`Too many wrong admin tokens from this address; retry after ${retryAfterSeconds} s.`)
+    this.name = 'ThrottledError'
   }
 }
 

@@ -124,6 +124,7 @@ export function Layout({ title, operator, refresh, children }: PropsWithChildren
               <nav>
                 <a href="/admin">Keys</a>
                 <a href="/admin/audit">Audit trail</a>
+                <a href="/admin/sessions">Sessions</a>
                 <span safe>{operator.name}</span>
                 <form class="inline" method="post" action="/admin/logout">
                   <input type="hidden" name="csrf" value={escapeHtml(operator.csrf)} />

@@ -1,11 +1,15 @@
 /**
- * /admin: the HTML side. Sign-in is open; every other page needs the signed
- * session cookie (derived before validation, so nothing is looked at without
- * it), and every POST must come from our own origin with this session's CSRF
- * token. Pages call src/operations and render views/*.tsx.
+ * /admin: the HTML side. Sign-in is open (and throttled per address); every
+ * other page needs an open session (sessions.ts; looked up before
+ * validation, so nothing is looked at without it), and every POST must come
+ * from our own origin with this session's CSRF token. Pages call
+ * src/operations and render views/*.tsx.
  */
 import { html } from '@elysiajs/html'
 import { Elysia } from 'elysia'
+import { timingSafeEqual } from 'node:crypto'
+import { requestMeta } from '../http/client'
+import { problem, problemResponse } from '../http/problem'
 import { parseAuditFilters } from '../operations/audit'
 import { parseKeyFilters } from '../operations/filters'
 import { DEFAULT_PAGE_SIZE } from '../operations/list'
@@ -13,13 +17,15 @@ import type { AdminDeps } from './api'
 import { CrossSiteError, NotFoundError, SignedOutError } from './errors'
 import { CONTENT_SECURITY_POLICY, type Operator } from './layout'
 import { auditHref, backFilters, backOf, keyHref, listHref } from './links'
-import { AuditEntryParams, AuditQuery, ConfirmExpireQuery, ConfirmExpireStaleQuery, CsrfForm, ExpireForm, ExpireStaleForm, KeyDetailQuery, KeyParams, KeyQuery, ListQuery, SignInForm, SignInQuery } from './schemas'
-import { readCookie, sameOrigin, SESSION_COOKIE, sessionCookie, validName, type Session } from './session'
+import { AuditEntryParams, AuditQuery, ConfirmExpireQuery, ConfirmExpireStaleQuery, CsrfForm, EndSessionForm, ExpireForm, ExpireStaleForm, KeyDetailQuery, KeyParams, KeyQuery, ListQuery, SessionsQuery, SignInForm, SignInQuery } from './schemas'
+import { actorOf, readCookie, sameOrigin, SESSION_COOKIE, sessionCookie, validNote } from './session'
+import { endSessionById, endSessionByToken, openSessions, startSession, useSession, type Session } from './sessions'
 import { AuditEntryPage, AuditPage } from './views/audit'
 import { ConfirmExpirePage, ConfirmExpireStalePage, ConfirmPurgePage } from './views/confirm'
 import { KeyDetailPage } from './views/key-detail'
 import { KeysPage } from './views/keys'
 import { SignInPage } from './views/messages'
+import { SessionsPage } from './views/sessions'
 
 /**
  * 30 s: one default TTL, so a key turning stale shows up within one TTL, and
@@ -43,7 +49,21 @@ export function redirect(location: string, headers: Record<string, string> = {})
   return new Response(null, { status: 303, headers: { location, 'cache-control': 'no-store', ...headers } })
 }
 
-const isHttps = (request: Request) => new URL(request.url).protocol === 'https:'
+/** Secure cookies over TLS: our own https URL, or a trusted proxy's X-Forwarded-Proto (http/client.ts). */
+const isHttps = (request: Request) => requestMeta(request).secure
+
+/** The session a request was found to have (the error handler reads it instead of asking the database again). */
+export const requestSessions = new WeakMap<Request, Session>()
+
+/** Constant time, whatever the lengths. */
+function isCsrf(session: Session, token: string | undefined): boolean {
+  if (typeof token !== 'string') return false
+  const digest = (text: string) => new Bun.CryptoHasher('sha256').update(text).digest()
+  return timingSafeEqual(digest(token), digest(session.csrf))
+}
+
+/** A browser asks for HTML; a script sending the form by hand gets problem+json. */
+const wantsHtml = (request: Request) => /\btext\/html\b/.test(request.headers.get('accept') ?? '')
 
 /** Where to go after signing in: a path of ours under /admin, never elsewhere. */
 export function safeNext(next: string | undefined): string {
@@ -52,11 +72,12 @@ export function safeNext(next: string | undefined): string {
 
 type ResponseSet = { headers: Record<string, string | number>; status?: number | string }
 
-export function adminPages({ ops, keys }: AdminDeps) {
+export function adminPages({ ops, auth, sql, now, log }: AdminDeps) {
   const page = (set: ResponseSet, extra: Record<string, string> = {}) => {
     Object.assign(set.headers, { 'content-type': 'text/html; charset=utf-8' }, SECURITY_HEADERS, extra)
   }
-  const operatorOf = (session: Session): Operator => ({ name: session.name, csrf: session.csrf })
+  const operatorOf = (session: Session): Operator => ({ name: session.operator, csrf: session.csrf })
+  const actor = (session: Session) => actorOf('admin', session.operator, session.note)
   const resultEntry = async (id: string | undefined) => (id ? ops.auditEntry(id) : undefined)
 
   const signIn = new Elysia({ prefix: '/admin' })
@@ -73,29 +94,40 @@ export function adminPages({ ops, keys }: AdminDeps) {
         set.status = 403
         return html(await SignInPage({ error: 'Sign-in refused: the form was not sent from this page.', next }))
       }
-      if (!keys.isAdminToken(body.token)) {
-        set.status = 401
-        return html(await SignInPage({ error: 'That is not the admin token.', next }))
+      const verdict = auth.check(request, body.token, 'form')
+      if (verdict.kind === 'throttled') {
+        const wait = verdict.retryAfterSeconds
+        if (!wantsHtml(request)) return problemResponse({ ...problem('sign-in-throttled'), retryAfterSeconds: wait }, { 'cache-control': 'no-store' })
+        set.status = 429
+        set.headers['retry-after'] = String(wait)
+        return html(await SignInPage({ error: `Too many wrong tokens from your address: try again in ${wait} s.`, next }))
       }
-      const name = body.name?.trim() || 'operator'
-      const { cookie } = keys.issue(validName(name) ? name : 'operator')
-      return redirect(next, { 'set-cookie': sessionCookie(cookie, isHttps(request)) })
+      if (verdict.kind !== 'ok') {
+        set.status = 401
+        return html(await SignInPage({ error: 'That is not an operator token.', next }))
+      }
+      const note = body.note?.trim()
+      const { address, secure } = requestMeta(request)
+      const { token, session } = await startSession(sql, { operator: verdict.operator, note: note && validNote(note) ? note : undefined, address }, now())
+      log.info('admin signed in', { operator: session.operator, address, session: session.id })
+      return redirect(next, { 'set-cookie': sessionCookie(token, secure) })
     }, { body: SignInForm })
 
   const signedIn = new Elysia({ prefix: '/admin' })
     .use(html({ autoDetect: false }))
-    // Before validation and the handler: without a session nothing else is looked at;
+    // Before validation and the handler: without an open session nothing else is looked at;
     // a state-changing request from another origin is refused before its body is judged.
-    .derive(({ request }) => {
-      const session = keys.verify(readCookie(request, SESSION_COOKIE))
+    .derive(async ({ request }) => {
+      const session = await useSession(sql, readCookie(request, SESSION_COOKIE), now())
       if (!session) throw new SignedOutError()
+      requestSessions.set(request, session)
       if (request.method !== 'GET' && request.method !== 'HEAD' && !sameOrigin(request)) throw new CrossSiteError()
       return { session, operator: operatorOf(session) }
     })
     .onBeforeHandle(({ request, body, session }) => {
       if (request.method === 'GET' || request.method === 'HEAD') return
       const csrf = (body as { csrf?: unknown } | undefined)?.csrf
-      if (!keys.isCsrf(session, typeof csrf === 'string' ? csrf : undefined)) throw new CrossSiteError()
+      if (!isCsrf(session, typeof csrf === 'string' ? csrf : undefined)) throw new CrossSiteError()
     })
 
     .get('', async ({ html, set, query, operator }) => {
@@ -163,20 +195,38 @@ export function adminPages({ ops, keys }: AdminDeps) {
     }, { params: AuditEntryParams })
 
     .post('/keys/expire', async ({ body, session }) => {
-      const result = await ops.forceExpire({ tenant: body.tenant, key: body.key, lease: body.lease }, `admin:${session.name}`)
+      const result = await ops.forceExpire({ tenant: body.tenant, key: body.key, lease: body.lease }, actor(session))
       const back = backFilters(body.back)
       return redirect(keyHref(body.tenant, body.key, { result: result.auditId, back: back ? backOf(back) : undefined }))
     }, { body: ExpireForm })
     .post('/expire-stale', async ({ body, session }) => {
       const tenant = parseKeyFilters({ tenant: body.tenant }).tenant
-      const result = await ops.expireStale({ asOf: new Date(body.as_of), tenant }, `admin:${session.name}`)
+      const result = await ops.expireStale({ asOf: new Date(body.as_of), tenant }, actor(session))
       return redirect(listHref({ tenant, staleOnly: false }, { result: result.auditId }))
     }, { body: ExpireStaleForm })
     .post('/purge', async ({ session }) => {
-      const result = await ops.purge(`admin:${session.name}`)
+      const result = await ops.purge(actor(session))
       return redirect(listHref({ staleOnly: false }, { result: result.auditId }))
     }, { body: CsrfForm })
-    .post('/logout', ({ request }) => redirect('/admin/login', { 'set-cookie': sessionCookie('', isHttps(request), 0) }), { body: CsrfForm })
+    // Signing out ends the session on the server: its cookie, kept or copied, opens nothing any more.
+    .post('/logout', async ({ request, session }) => {
+      await endSessionByToken(sql, readCookie(request, SESSION_COOKIE) ?? '')
+      log.info('admin signed out', { operator: session.operator, address: requestMeta(request).address, session: session.id })
+      return redirect('/admin/login', { 'set-cookie': sessionCookie('', isHttps(request), 0) })
+    }, { body: CsrfForm })
+
+    .get('/sessions', async ({ html, set, query, operator, session }) => {
+      const sessions = await openSessions(sql, now())
+      page(set)
+      return html(await SessionsPage({ operator, sessions, current: session.id, ended: query.ended }))
+    }, { query: SessionsQuery })
+    .post('/sessions/end', async ({ request, body, session }) => {
+      const ended = await endSessionById(sql, body.id)
+      log.info('admin session ended', { operator: ended?.operator, session: body.id, ended_by: session.operator, address: requestMeta(request).address, was_open: ended !== undefined })
+      // Ending one's own session is signing out.
+      if (body.id === session.id) return redirect('/admin/login', { 'set-cookie': sessionCookie('', isHttps(request), 0) })
+      return redirect(`/admin/sessions?${new URLSearchParams({ ended: body.id })}`)
+    }, { body: EndSessionForm })
 
   async function detailPage(tenant: string, key: string, query: { result?: string | undefined; back?: string | undefined }, operator: Operator): Promise<string> {
     const [detail, notice] = await Promise.all([ops.show(tenant, key), resultEntry(query.result)])

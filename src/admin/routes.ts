@@ -1,7 +1,9 @@
 /**
- * The operators' admin, routed with Elysia: `/admin` (HTML, signed-in
- * session, CSRF-checked forms; pages.ts) and `/admin/api/...` (JSON, Bearer
- * ADMIN_TOKEN; api.ts), both thin callers of src/operations.
+ * The operators' admin, routed with Elysia: `/admin` (HTML, a session kept in
+ * the database, CSRF-checked forms; pages.ts) and `/admin/api/...` (JSON,
+ * Bearer operator token; api.ts), both thin callers of src/operations.
+ * Operators are named by their token (operators.ts); wrong tokens are
+ * throttled per client address (auth.ts, throttle.ts).
  *
  * They live in an app of their own, which the service's app hands every
  * /admin request to: its parser, its error answers and @elysiajs/html's hooks
@@ -14,20 +16,31 @@ import { Elysia } from 'elysia'
 import { isUnavailable } from '../core/errors'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
 import { problem, problemResponse, PROBLEMS } from '../http/problem'
+import { log as defaultLog, type Logger } from '../log'
 import type { Metrics } from '../metrics/registry'
 import { operations, OperationInputError } from '../operations'
 import type { Pools } from '../store/db'
 import { adminApi } from './api'
+import { AdminAuth } from './auth'
 import { BadBodyError, BodyTooLargeError, MAX_ADMIN_BODY_BYTES, parseAdminBody, UnsupportedBodyError } from './body'
-import { ApiUnauthorizedError, CrossSiteError, NotFoundError, SignedOutError } from './errors'
-import { adminPages, redirect, SECURITY_HEADERS } from './pages'
-import { readCookie, SESSION_COOKIE, SessionKeys } from './session'
+import { ApiUnauthorizedError, CrossSiteError, NotFoundError, SignedOutError, ThrottledError } from './errors'
+import { credential, DEFAULT_OPERATOR, Operators, type OperatorCredential } from './operators'
+import { adminPages, redirect, requestSessions, SECURITY_HEADERS } from './pages'
+import { readCookie, SESSION_COOKIE } from './session'
+import { useSession } from './sessions'
+import { SignInThrottle } from './throttle'
 import { MessagePage } from './views/messages'
 
 export interface AdminOptions {
   readonly pools: Pools
-  /** ADMIN_TOKEN: the Bearer token of the JSON API and the password of the sign-in form. */
-  readonly adminToken: string
+  /** Who may sign in (config.operators: ADMIN_TOKENS and ADMIN_TOKEN, hashed). Give this or `adminToken`. */
+  readonly operators?: readonly OperatorCredential[]
+  /** One operator, named "admin", with this token (tests, and apps of one operator). */
+  readonly adminToken?: string
+  /** The sign-in throttle; one per process, shared by every admin app of it. @default a new one */
+  readonly throttle?: SignInThrottle
+  /** @default the process's logger (src/log.ts) */
+  readonly log?: Logger
   /** The server's TTL: past it a processing key is stale. @default DEFAULT_TTL_SECONDS */
   readonly ttlSeconds?: number
   /** The server's retention: past it a completed key is purged. @default DEFAULT_RETENTION_SECONDS */
@@ -46,43 +59,55 @@ export function adminApp(options: AdminOptions) {
     now: options.now,
     purgedKeys: options.metrics?.purgedKeys,
   })
-  const keys = new SessionKeys(options.adminToken)
-  const deps = { ops, keys }
+  const credentials = options.operators ?? (options.adminToken ? [credential(DEFAULT_OPERATOR, options.adminToken)] : [])
+  const log = options.log ?? defaultLog
+  const auth = new AdminAuth(new Operators(credentials), options.throttle ?? new SignInThrottle(), log)
+  const sql = options.pools.short
+  const now = () => options.now?.()
+  const deps = { ops, auth, sql, now, log }
 
   return new Elysia({ name: 'admin-app' })
     .use(html({ autoDetect: false }))
     // Every body, form or JSON, through one byte-bounded reader (body.ts), before any guard or handler.
     .onParse(({ request, contentType }) => parseAdminBody(request, contentType))
-    .onError(({ code, error, request, path }) => {
+    .onError(async ({ code, error, request, path }) => {
       const cause = code === 'PARSE' && error instanceof Error && error.cause !== undefined ? error.cause : error
       const isApi = path === '/admin/api' || path.startsWith('/admin/api/')
       const refusal = classify(code, cause)
       if (isApi) {
-        if (refusal === 'unauthorized' || !keys.hasBearer(request))
-          return problemResponse(problem('unauthorized', 'Send Authorization: Bearer <ADMIN_TOKEN>.'), { 'www-authenticate': 'Bearer realm="admin"', 'cache-control': 'no-store' })
+        // The same verdict the guard had (auth.bearer is once per request): a failure counts once.
+        const verdict = auth.bearer(request)
+        if (verdict.kind === 'throttled')
+          return problemResponse({ ...problem('sign-in-throttled'), retryAfterSeconds: verdict.retryAfterSeconds })
+        if (refusal === 'unauthorized' || verdict.kind !== 'ok')
+          return problemResponse(problem('unauthorized', 'Send Authorization: Bearer <operator token> (ADMIN_TOKENS or ADMIN_TOKEN).'), { 'www-authenticate': 'Bearer realm="admin"' })
         return apiAnswer(refusal, cause)
       }
-      const session = keys.verify(readCookie(request, SESSION_COOKIE))
-      // No page, not even a 404 or a bad-filter message, for someone without a session.
-      if (refusal === 'signed-out' || (!session && refusal !== 'too-large' && refusal !== 'bad-body' && refusal !== 'unsupported')) {
+      // The session the guard found; else (an error before the guard ran: no such page, a body refused) looked up now.
+      const session = requestSessions.get(request)
+        ?? (refusal === 'signed-out' || refusal === 'unavailable' ? undefined : await useSession(sql, readCookie(request, SESSION_COOKIE), now()).catch(() => undefined))
+      // No page, not even a 404 or a bad-filter message, for someone without a session
+      // (a database that is away is said as such: the session could not be looked up).
+      if (refusal === 'signed-out' || (!session && refusal !== 'too-large' && refusal !== 'bad-body' && refusal !== 'unsupported' && refusal !== 'unavailable')) {
         if (request.method === 'GET' || request.method === 'HEAD') {
           const url = new URL(request.url)
           return redirect(`/admin/login?${new URLSearchParams({ next: `${url.pathname}${url.search}` })}`)
         }
         return pageAnswer(401, 'Signed out', 'Your session has ended. Sign in again.')
       }
-      const operator = session ? { name: session.name, csrf: session.csrf } : undefined
-      const [status, title, message] = PAGE_ANSWERS[refusal === 'unauthorized' ? 'internal' : refusal](cause)
+      const operator = session ? { name: session.operator, csrf: session.csrf } : undefined
+      const [status, title, message] = PAGE_ANSWERS[refusal === 'unauthorized' || refusal === 'throttled' ? 'internal' : refusal](cause)
       return pageAnswer(status, title, message, operator)
     })
     .use(adminApi(deps))
     .use(adminPages(deps))
 }
 
-type Refusal = 'unauthorized' | 'signed-out' | 'cross-site' | 'not-found' | 'invalid' | 'bad-body' | 'too-large' | 'unsupported' | 'unavailable' | 'internal'
+type Refusal = 'unauthorized' | 'throttled' | 'signed-out' | 'cross-site' | 'not-found' | 'invalid' | 'bad-body' | 'too-large' | 'unsupported' | 'unavailable' | 'internal'
 
 function classify(code: unknown, error: unknown): Refusal {
   if (error instanceof ApiUnauthorizedError) return 'unauthorized'
+  if (error instanceof ThrottledError) return 'throttled'
   if (error instanceof SignedOutError) return 'signed-out'
   if (error instanceof CrossSiteError) return 'cross-site'
   if (error instanceof NotFoundError || code === 'NOT_FOUND') return 'not-found'
@@ -115,7 +140,7 @@ function apiAnswer(refusal: Refusal, error: unknown): Response {
   }
 }
 
-const PAGE_ANSWERS: Record<Exclude<Refusal, 'unauthorized' | 'signed-out'>, (error: unknown) => [status: number, title: string, message: string]> = {
+const PAGE_ANSWERS: Record<Exclude<Refusal, 'unauthorized' | 'throttled' | 'signed-out'>, (error: unknown) => [status: number, title: string, message: string]> = {
   'cross-site': (error) => [403, 'Refused', (error as Error).message],
   'not-found': (error) => [404, 'Not found', error instanceof NotFoundError ? error.message : 'No such admin page.'],
   'invalid': (error) => [400, 'Bad request', `${invalidField(error)}.`],
@@ -138,10 +163,14 @@ async function pageAnswer(status: number, title: string, message: string, operat
   })
 }
 
-/** Mounts the admin on the service's app: every /admin path goes to adminApp, its body unread. */
+/** Mounts the admin on the service's app: every /admin path goes to adminApp, its body unread; no answer of it is cached. */
 export function adminRoutes(options: AdminOptions) {
   const app = adminApp(options)
-  const forward = ({ request }: { request: Request }) => app.handle(request)
+  const forward = async ({ request }: { request: Request }) => {
+    const response = await app.handle(request)
+    response.headers.set('cache-control', 'no-store')
+    return response
+  }
   return new Elysia({ name: 'admin' })
     .all('/admin', forward, { parse: 'none' })
     .all('/admin/*', forward, { parse: 'none' })

@@ -59,10 +59,15 @@ export const ConfirmExpireStaleQuery = t.Object({ tenant: t.Optional(Text(64)) }
 
 /** Every form carries this session's CSRF token. */
 const Csrf = t.String({ minLength: 1, maxLength: 128 })
-export const SignInForm = t.Object({ token: t.String({ maxLength: 512 }), name: t.Optional(t.String({ maxLength: 128 })), next: t.Optional(t.String({ maxLength: 2048 })) })
+/** `note`: what the operator adds to the name their token gives, for the audit trail (never the actor by itself). */
+export const SignInForm = t.Object({ token: t.String({ maxLength: 512 }), note: t.Optional(t.String({ maxLength: 128 })), next: t.Optional(t.String({ maxLength: 2048 })) })
 export const SignInQuery = t.Object({ next: t.Optional(t.String({ maxLength: 2048 })) })
 export const CsrfForm = t.Object({ csrf: t.Optional(Csrf) })
 export const ExpireForm = t.Object({ csrf: t.Optional(Csrf), tenant: Tenant, key: Key, lease: Lease, back: t.Optional(Text(2400)) })
+/** A session's public id (sessions.ts), a positive bigint in decimal. */
+const SessionId = t.String({ pattern: '^[1-9][0-9]{0,18}$' })
+export const EndSessionForm = t.Object({ csrf: t.Optional(Csrf), id: SessionId })
+export const SessionsQuery = t.Object({ ended: t.Optional(SessionId) })
 export const ExpireStaleForm = t.Object({ csrf: t.Optional(Csrf), as_of: t.String({ format: 'date-time' }), tenant: t.Optional(Text(64)) })
 
 /** POST /admin/api/keys/expire: the lease as the list gave it (a string), or as a number. */

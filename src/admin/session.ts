@@ -1,94 +1,21 @@
 /**
- * Admin credentials: the ADMIN_TOKEN itself (Bearer, for scripts) or a signed
- * session cookie (for browsers, set by the sign-in form).
- *
- * The cookie is `<expires>.<nonce>.<name>.<mac>`, HMAC-SHA256 under a key
- * derived from ADMIN_TOKEN: changing the token signs everyone out. The CSRF
- * token is a second HMAC over the session's nonce, so it is tied to one
- * session and a page from another session (or another site) cannot forge it.
+ * The browser side of an admin session: its cookie (the session's random
+ * token, HttpOnly, SameSite=Strict, Path=/admin; Secure over TLS), and the
+ * cross-site check of state-changing forms. The session itself lives in the
+ * database (sessions.ts); the CSRF token every form carries is derived from
+ * the cookie's token, so a page of another session or another site cannot
+ * know it.
  */
-import { createHmac, timingSafeEqual } from 'node:crypto'
+import { SESSION_MAX_SECONDS } from './sessions'
 
 export const SESSION_COOKIE = 'idem_admin'
-/** Eight hours: one on-call shift; after it the operator signs in again. */
-export const SESSION_SECONDS = 8 * 3600
-/** Names operators give themselves for the audit trail: short, plain. */
-const NAME_PATTERN = /^[A-Za-z0-9 ._@-]{1,40}$/
+/** The cookie lives as long as a session can; the server ends it sooner when idle. */
+export const SESSION_SECONDS = SESSION_MAX_SECONDS
+/** Notes operators add to their name for the audit trail: short, plain. */
+const NOTE_PATTERN = /^[A-Za-z0-9 ._@-]{1,40}$/
 
-export interface Session {
-  readonly nonce: string
-  /** Who signed in, as they called themselves (for the audit trail). */
-  readonly name: string
-  readonly expiresAt: number
-  readonly csrf: string
-}
-
-/** Equal without leaking where two strings differ: both are hashed to 32 bytes first. */
-export function constantTimeEqual(a: string, b: string): boolean {
-  const digest = (value: string) => new Bun.CryptoHasher('sha256').update(value).digest()
-  return timingSafeEqual(digest(a), digest(b))
-}
-
-export function validName(name: string): boolean {
-  return NAME_PATTERN.test(name)
-}
-
-export class SessionKeys {
-  readonly #key: Buffer
-
-  constructor(private readonly adminToken: string) {
-    this.#key = createHmac('sha256', adminToken).update('idempotent-post admin session v1').digest()
-  }
-
-  /** True when `token` is the ADMIN_TOKEN (constant time). */
-  isAdminToken(token: string): boolean {
-    return constantTimeEqual(token, this.adminToken)
-  }
-
-  /** True when the request carries `Authorization: Bearer <ADMIN_TOKEN>`. */
-  hasBearer(request: Request): boolean {
-    const match = /^Bearer (\S{1,512})$/i.exec(request.headers.get('authorization')?.trim() ?? '')
-    return match !== null && this.isAdminToken(match[1]!)
-  }
-
-  issue(name: string, nowMs = Date.now()): { session: Session; cookie: string } {
-    const expiresAt = Math.floor(nowMs / 1000) + SESSION_SECONDS
-    const nonce = Buffer.from(crypto.getRandomValues(new Uint8Array(16))).toString('base64url')
-    const encodedName = Buffer.from(name).toString('base64url')
-    const payload = `${expiresAt}.${nonce}.${encodedName}`
-    return { session: this.#session(nonce, name, expiresAt), cookie: `${payload}.${this.#mac(payload)}` }
-  }
-
-  /** The session of a cookie value, or undefined when tampered with, malformed or expired. */
-  verify(value: string | undefined, nowMs = Date.now()): Session | undefined {
-    if (!value || value.length > 512) return undefined
-    const parts = value.split('.')
-    if (parts.length !== 4) return undefined
-    const [expires, nonce, encodedName, mac] = parts as [string, string, string, string]
-    if (!constantTimeEqual(mac, this.#mac(`${expires}.${nonce}.${encodedName}`))) return undefined
-    const expiresAt = Number(expires)
-    if (!Number.isSafeInteger(expiresAt) || expiresAt * 1000 <= nowMs) return undefined
-    const name = Buffer.from(encodedName, 'base64url').toString()
-    return validName(name) ? this.#session(nonce, name, expiresAt) : undefined
-  }
-
-  /** True when `token` is this session's CSRF token (constant time). */
-  isCsrf(session: Session, token: string | null | undefined): boolean {
-    return typeof token === 'string' && constantTimeEqual(token, session.csrf)
-  }
-
-  /** The CSRF token of a session. */
-  csrfFor(nonce: string): string {
-    return this.#mac(`csrf.${nonce}`)
-  }
-
-  #session(nonce: string, name: string, expiresAt: number): Session {
-    return { nonce, name, expiresAt, csrf: this.csrfFor(nonce) }
-  }
-
-  #mac(payload: string): string {
-    return createHmac('sha256', this.#key).update(payload).digest('base64url')
-  }
+export function validNote(note: string): boolean {
+  return NOTE_PATTERN.test(note)
 }
 
 export function readCookie(request: Request, name: string): string | undefined {
@@ -124,4 +51,9 @@ export function sameOrigin(request: Request): boolean {
   } catch {
     return false
   }
+}
+
+/** The audit actor: who the credential says, and what they noted, never the note alone. */
+export function actorOf(prefix: 'admin' | 'api', operator: string, note: string | null | undefined): string {
+  return note ? `${prefix}:${operator} (${note})` : `${prefix}:${operator}`
 }

@@ -1,3 +1,4 @@
+import { log, type Logger } from '../log'
 import { problem, problems, type Problem } from './problem'
 
 /** 64 KiB: a payment (or any JSON command) is under 1 KiB; anything far larger is abuse. */
@@ -25,7 +26,15 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
   if (!/^application\/json\s*(;|$)/i.test(contentType.trim())) return { ok: false, problem: problem('unsupported-media-type') }
   const declared = Number(request.headers.get('content-length') ?? NaN)
   if (declared > maxBytes) return { ok: false, problem: problems.tooLarge(maxBytes) }
-  const bytes = await readAtMost(request, maxBytes)
+  let bytes: Uint8Array | undefined
+  try {
+    bytes = await readAtMost(request, maxBytes)
+  } catch (error) {
+    // The client went away before sending its whole body (a timeout, a closed tab, an attack):
+    // nothing was claimed or stored, and nobody reads this answer. Worth a line, not one per request.
+    clientAborts.note(error)
+    return { ok: false, problem: problem('invalid-request', 'The connection closed before the body was read.') }
+  }
   if (bytes === undefined) return { ok: false, problem: problems.tooLarge(maxBytes) }
   let text: string
   try {
@@ -121,3 +130,34 @@ export function integerLiteralsOnly(text: string): boolean {
 }
 
 const isDigit = (c: number): boolean => c >= 0x30 && c <= 0x39
+
+/**
+ * 10 s: an abandoned body is logged at once, then at most one line per
+ * interval, saying how many more there were: 50 clients walking away from
+ * slow uploads are two lines, not 50 (an attack must not flood the log).
+ */
+export const CLIENT_ABORT_LOG_INTERVAL_MS = 10_000
+
+/** Logs the first event of an interval at info, and one summary line for the rest when the interval ends. */
+export class SampledLog {
+  #suppressed = 0
+  #timer: ReturnType<typeof setTimeout> | undefined
+
+  constructor(private readonly message: string, private readonly intervalMs: number, private readonly logger: () => Logger) {}
+
+  note(error: unknown): void {
+    if (this.#timer) {
+      this.#suppressed++
+      return
+    }
+    this.logger().info(this.message, { error: error instanceof Error ? error.message : String(error) })
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined
+      if (this.#suppressed > 0) this.logger().info(`${this.message} (repeated)`, { more: this.#suppressed, interval_seconds: this.intervalMs / 1000 })
+      this.#suppressed = 0
+    }, this.intervalMs)
+    this.#timer.unref?.()
+  }
+}
+
+const clientAborts = new SampledLog('client closed the connection before its request body was read', CLIENT_ABORT_LOG_INTERVAL_MS, () => log)

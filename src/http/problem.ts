@@ -56,6 +56,11 @@ export const PROBLEMS = {
   'in-progress': { status: 409, title: 'Request in progress', detail: 'A request with this Idempotency-Key is still being processed; retry after the given seconds.', retryAfterSeconds: AGAIN_RETRY_AFTER_SECONDS },
   'lease-lost': { status: 409, title: 'Claim lost', detail: 'This request lost its claim on the key to a retry or an operator; its writes were rolled back. Retry to get the answer that counts.', retryAfterSeconds: AGAIN_RETRY_AFTER_SECONDS },
   'idempotency-key-reused': { status: 422, title: 'Idempotency-Key reused', detail: 'This Idempotency-Key was used for a different request (method, path or body).' },
+  // 421, 429: refused before anything was looked at; nothing was stored. Retry-After per answer (http/rate-limit.ts, admin/throttle.ts).
+  'host-not-allowed': { status: 421, title: 'Host not served', detail: 'This server does not answer for this Host (ALLOWED_HOSTS).' },
+  'rate-limited': { status: 429, title: 'Too many requests', detail: 'This API key sent more requests than its rate allows; retry after the given seconds.', retryAfterSeconds: AGAIN_RETRY_AFTER_SECONDS },
+  'too-many-in-flight': { status: 429, title: 'Too many requests in processing', detail: 'This API key has as many requests in processing as this server takes at once; retry after the given seconds.', retryAfterSeconds: AGAIN_RETRY_AFTER_SECONDS },
+  'sign-in-throttled': { status: 429, title: 'Too many failed sign-ins', detail: 'Too many wrong admin tokens from this address; retry after the given seconds.', retryAfterSeconds: AGAIN_RETRY_AFTER_SECONDS },
   // Admin actions refused because of the key's state.
   'worker-alive': { status: 409, title: 'Worker alive', detail: 'A live worker holds this key and is still processing it; nothing was done.' },
   'key-changed': { status: 409, title: 'Key changed', detail: 'The key is no longer in processing under this lease (completed, released or taken over); nothing was done.' },

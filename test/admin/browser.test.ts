@@ -3,7 +3,8 @@
  * playwright-core), against the service as users run it: the stale-key
  * alert's admin link, as dashboards/prometheus-rules.yml builds it → sign-in →
  * the filtered list → the key's detail → the confirmation → expired → the
- * audit entry; then the same list on a 390 px phone.
+ * audit entry; then the same list on a 390 px phone; then signing out, after
+ * which the browser's old cookie opens nothing.
  *
  * Screenshots go to test-artifacts/; with UPDATE_SCREENSHOTS=1 to docs/img/,
  * the ones docs/operators.md shows (commit them).
@@ -20,6 +21,8 @@ const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable
 const STUCK = 'order-7731-retry'
 const LONG_KEY = 'mobile-app-v4.12.0/checkout/retry/2f9c1e6a-8d4b-4c1f-9a57-3e0b1c2d4f60'
 const HOSTILE = '<script>alert(1)</script>'
+/** Alice signs in with her own token (ADMIN_TOKENS): the audit trail names her from it. */
+const ALICE_TOKEN = `alice-${'t'.repeat(32)}`
 
 let db: TestDatabase
 let server: ServerProcess
@@ -27,7 +30,7 @@ let browser: Browser
 beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true })
   db = await createTestDatabase('admin_browser')
-  server = await startServer(db.url, { IDEMPOTENCY_TTL_SECONDS: '30' })
+  server = await startServer(db.url, { IDEMPOTENCY_TTL_SECONDS: '30', ADMIN_TOKENS: `alice:${ALICE_TOKEN}` })
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium', args: CHROMIUM_ARGS })
 }, 60_000)
 afterAll(async () => {
@@ -90,8 +93,7 @@ test('from the alert to the clear: alert link → filtered list → key detail �
   // 2. Sign in (the page shows no key data), and land on the filtered list.
   await page.waitForURL((url) => url.pathname === '/admin/login')
   expect(await page.content()).not.toContain('order-7734')
-  await page.fill('input[name=token]', ADMIN_TOKEN)
-  await page.fill('input[name=name]', 'alice')
+  await page.fill('input[name=token]', ALICE_TOKEN)
   await page.click('button[type=submit]')
   await page.waitForURL(`${server.url}/admin?tenant=acme&stale=1`)
   const keys = page.locator('table.keys td.key')
@@ -138,8 +140,9 @@ test('from the alert to the clear: alert link → filtered list → key detail �
   await shot(page, 'admin-audit-entry')
 
   // Back on the list the operator came from: the key is gone from it; the others wait.
+  // (order-7790, 4 s old at the start, turns stale too when the walk takes over 26 s, as on a loaded machine: seen in a full run.)
   await page.goto(`${server.url}/admin?tenant=acme&stale=1`)
-  expect(await keys.allInnerTexts()).toEqual(['order-7734', LONG_KEY])
+  expect((await keys.allInnerTexts()).filter((key) => key !== 'order-7790')).toEqual(['order-7734', LONG_KEY])
 
   // Hostile keys are text, never markup.
   await page.goto(`${server.url}/admin?tenant=globex`)
@@ -152,8 +155,7 @@ test('at 390 px the list is usable: no sideways scrolling, keys wrap in a wide c
   const context = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 1, isMobile: true, hasTouch: true })
   const page = await context.newPage()
   await page.goto(`${server.url}/admin/login?next=${encodeURIComponent('/admin?tenant=acme')}`)
-  await page.fill('input[name=token]', ADMIN_TOKEN)
-  await page.fill('input[name=name]', 'alice')
+  await page.fill('input[name=token]', ALICE_TOKEN)
   await page.click('button[type=submit]')
   await page.waitForURL(`${server.url}/admin?tenant=acme`)
   expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390)
@@ -167,5 +169,39 @@ test('at 390 px the list is usable: no sideways scrolling, keys wrap in a wide c
   expect(longKey.width).toBeGreaterThan(200)
   expect(longKey.height).toBeLessThan(100)
   await shot(page, 'admin-mobile-390')
+  await context.close()
+}, 60_000)
+
+test('sign in, sign out: the cookie the browser had opens nothing any more, not even a purge', async () => {
+  const context = await browser.newContext()
+  const page = await context.newPage()
+  await page.goto(`${server.url}/admin/login`)
+  await page.fill('input[name=token]', ADMIN_TOKEN)
+  await page.fill('input[name=note]', 'browser test')
+  await page.click('button[type=submit]')
+  await page.waitForURL(`${server.url}/admin`)
+  const [cookie] = (await context.cookies()).filter((candidate) => candidate.name === 'idem_admin')
+  expect(cookie).toMatchObject({ httpOnly: true, sameSite: 'Strict', path: '/admin' })
+  const csrf = await page.locator('input[name=csrf]').first().getAttribute('value')
+
+  // The sessions page lists this browser's session; signing out from the header ends it.
+  await page.goto(`${server.url}/admin/sessions`)
+  expect(await page.locator('table.sessions').innerText()).toContain('admin (browser test)')
+  await page.click('header button[type=submit]')
+  await page.waitForURL((url) => url.pathname === '/admin/login')
+  expect((await context.cookies()).filter((candidate) => candidate.name === 'idem_admin')).toEqual([])
+
+  // Put the old cookie back, as a copy of it would be used: the server has ended its session.
+  await context.addCookies([cookie!])
+  await page.goto(`${server.url}/admin?tenant=acme`)
+  await page.waitForURL((url) => url.pathname === '/admin/login')
+  expect(await page.content()).not.toContain('order-7734')
+  const purge = await fetch(`${server.url}/admin/purge`, {
+    method: 'POST',
+    headers: { cookie: `idem_admin=${cookie!.value}`, 'content-type': 'application/x-www-form-urlencoded', origin: server.url },
+    body: new URLSearchParams({ csrf: csrf! }).toString(),
+    redirect: 'manual',
+  })
+  expect(purge.status).toBe(401)
   await context.close()
 }, 60_000)

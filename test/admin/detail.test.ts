@@ -57,7 +57,7 @@ describe('a key whose worker died', () => {
     expect(after.html).toContain('href="/admin?tenant=acme&amp;stale=1"') // back to the list the operator came from
     const entryHref = /<a href="(\/admin\/audit\/\d+)">audit entry/.exec(after.html)![1]!
     const entry = text((await page(entryHref)).html)
-    for (const part of ['admin:carol', 'force_expire', 'order-7731', 'expired', `"lease": "${lease}"`]) expect(entry).toContain(part)
+    for (const part of ['admin:admin (carol)', 'force_expire', 'order-7731', 'expired', `"lease": "${lease}"`]) expect(entry).toContain(part)
   })
 })
 

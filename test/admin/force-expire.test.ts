@@ -105,8 +105,8 @@ describe('against a live worker (real server, a provider call held open by the t
 
     const audit = await db.sql`select actor, outcome from idempotency_audit where key = ${key} order by id`
     expect(audit.map((entry) => entry.outcome)).toEqual(['worker_alive', 'worker_alive', 'unchanged'])
-    expect(audit[0]!.actor).toBe('api')
-    expect(audit[1]!.actor).toBe('admin:alice')
+    expect(audit[0]!.actor).toBe('api:admin')
+    expect(audit[1]!.actor).toBe('admin:admin')
   }, 20_000)
 
   test('a dead worker\'s key is expired from the page, and the client\'s retry then runs afresh; another body stays refused', async () => {

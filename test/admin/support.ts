@@ -2,6 +2,7 @@
 import { Elysia } from 'elysia'
 import type postgres from 'postgres'
 import { adminRoutes, type AdminOptions } from '../../src/admin/routes'
+import { clientMeta, rememberMeta } from '../../src/http/client'
 import type { Pools } from '../../src/store/db'
 import { ADMIN_TOKEN } from '../support/server'
 
@@ -22,24 +23,35 @@ export interface AdminServer {
  * Bun on a free port of this process: real HTTP (sockets, cookies, redirects,
  * Content-Length) without spawning a service. Bun's body cap is the service's
  * (1 GiB), so an oversize body reaches the admin as it would in production.
+ * The client address is found as the service finds it (http/client.ts), with
+ * `trustProxy` as TRUST_PROXY.
  */
-export function startAdmin(pools: Pools, options: Partial<AdminOptions> = {}): AdminServer {
-  const app = new Elysia().use(adminRoutes({ pools, adminToken: ADMIN_TOKEN, ttlSeconds: 30, retentionSeconds: 3600, ...options }))
-  const server = Bun.serve({ hostname: '127.0.0.1', port: 0, maxRequestBodySize: 1024 * 1024 * 1024, fetch: (request) => app.handle(request) })
+export function startAdmin(pools: Pools, options: Partial<AdminOptions> & { trustProxy?: number } = {}): AdminServer {
+  const { trustProxy = 0, ...admin } = options
+  const app = new Elysia().use(adminRoutes({ pools, adminToken: ADMIN_TOKEN, ttlSeconds: 30, retentionSeconds: 3600, ...admin }))
+  const server = Bun.serve({
+    hostname: '127.0.0.1',
+    port: 0,
+    maxRequestBodySize: 1024 * 1024 * 1024,
+    fetch: (request, server) => {
+      rememberMeta(request, clientMeta(request, server.requestIP(request)?.address, trustProxy))
+      return app.handle(request)
+    },
+  })
   return { url: `http://127.0.0.1:${server.port}`, stop: () => server.stop(true) }
 }
 
-/** Signs in through the form and reads this session's CSRF token from a page. */
-export async function signIn(baseUrl: string, name = 'alice'): Promise<Signed> {
+/** Signs in through the form (with `token`, ADMIN_TOKEN's by default) and reads this session's CSRF token from a page. */
+export async function signIn(baseUrl: string, note = '', token = ADMIN_TOKEN, headers: Record<string, string> = {}): Promise<Signed> {
   const response = await fetch(`${baseUrl}/admin/login`, {
     method: 'POST',
-    headers: { 'content-type': FORM, origin: baseUrl },
-    body: new URLSearchParams({ token: ADMIN_TOKEN, name }).toString(),
+    headers: { 'content-type': FORM, origin: baseUrl, ...headers },
+    body: new URLSearchParams({ token, note }).toString(),
     redirect: 'manual',
   })
   if (response.status !== 303) throw new Error(`sign-in answered ${response.status}`)
   const cookie = response.headers.get('set-cookie')!.split(';')[0]!
-  const page = await (await fetch(`${baseUrl}/admin`, { headers: { cookie } })).text()
+  const page = await (await fetch(`${baseUrl}/admin`, { headers: { cookie, ...headers } })).text()
   const csrf = /name="csrf" value="([^"]+)"/.exec(page)?.[1]
   if (!csrf) throw new Error('no CSRF token on the page')
   return { cookie, csrf }

@@ -5,6 +5,7 @@
  */
 import type { Subprocess } from 'bun'
 import { readFileSync } from 'node:fs'
+import { NO_TENANT_LIMITS } from '../support/process'
 import { ADMIN_TOKEN, API_KEYS } from '../support/server'
 import { waitFor } from '../support/wait'
 
@@ -61,7 +62,7 @@ export interface StartingProcess {
  * provider simulator's included.
  */
 export function spawnDetached(command: string[], env: Record<string, string | undefined>, options: { cwd?: string } = {}): StartingProcess {
-  const merged = { ...process.env, HOST: '127.0.0.1', PORT: '0', PAYMENT_PROVIDER_PORT: '0', TEST_ALLOW_PORT_0: '1', API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test', ...env }
+  const merged = { ...process.env, HOST: '127.0.0.1', PORT: '0', PAYMENT_PROVIDER_PORT: '0', TEST_ALLOW_PORT_0: '1', API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test', ...NO_TENANT_LIMITS, ...env }
   const proc = Bun.spawn(command, {
     env: Object.fromEntries(Object.entries(merged).filter(([, value]) => value !== undefined)) as Record<string, string>,
     cwd: options.cwd ?? process.cwd(),

@@ -12,6 +12,7 @@ import { loadConfig } from '../../src/config'
 import { createMetrics, type Metrics } from '../../src/metrics/registry'
 import { buildApp, serve, type App, type AppDependencies } from '../../src/server'
 import type { TestDatabase } from './db'
+import { NO_TENANT_LIMITS } from './process'
 import { ADMIN_TOKEN, API_KEYS, startProvider, type ProviderFaults, type ProviderHandle } from './server'
 
 /** The origin of requests sent with `handle`: any will do, nothing listens there. */
@@ -49,7 +50,7 @@ export async function startApp(db: TestDatabase, options: AppOptions = {}): Prom
   const provider = options.provider ?? await startProvider(options.faults)
   const config = loadConfig({
     API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test', HOST: '127.0.0.1', PORT: '0', TEST_ALLOW_PORT_0: '1',
-    DATABASE_URL: db.url, PAYMENT_PROVIDER_URL: provider.url, ...options.env,
+    DATABASE_URL: db.url, PAYMENT_PROVIDER_URL: provider.url, ...NO_TENANT_LIMITS, ...options.env,
   })
   const deps: AppDependencies = { config, pools: db.pools, metrics: createMetrics() }
   const app = buildApp(deps)

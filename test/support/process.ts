@@ -29,6 +29,13 @@ export async function waitForListening(proc: Subprocess, output: () => string, t
   return port
 }
 
+/**
+ * Tests storm one tenant on purpose (300 concurrent requests with one key,
+ * 2000 in flight): the per-tenant rate and in-flight limits (http/rate-limit.ts)
+ * are off unless a test sets them; test/security/tenant-limits.test.ts does.
+ */
+export const NO_TENANT_LIMITS = { TENANT_RATE_LIMIT: '0', TENANT_MAX_IN_FLIGHT: '0' } as const
+
 export interface SpawnedService {
   readonly proc: Subprocess
   readonly url: string
@@ -53,7 +60,7 @@ export interface SpawnOptions {
  * it does not come up.
  */
 export async function spawnService(options: SpawnOptions = {}): Promise<SpawnedService> {
-  const env = { ...process.env, HOST: '127.0.0.1', PORT: '0', PAYMENT_PROVIDER_PORT: '0', TEST_ALLOW_PORT_0: '1', ...options.env }
+  const env = { ...process.env, HOST: '127.0.0.1', PORT: '0', PAYMENT_PROVIDER_PORT: '0', TEST_ALLOW_PORT_0: '1', ...NO_TENANT_LIMITS, ...options.env }
   const proc = Bun.spawn(options.command ?? [process.execPath, 'src/main.ts'], {
     env: Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined)) as Record<string, string>,
     cwd: options.cwd ?? process.cwd(),

@@ -10,12 +10,12 @@ export function SignInPage({ error, next }: { error?: string | undefined; next?:
         <h2>Sign in</h2>
         {error ? <div class="notice bad" safe>{error}</div> : ''}
         <label>
-          Admin token (ADMIN_TOKEN)
+          Your operator token (ADMIN_TOKENS or ADMIN_TOKEN)
           <input type="password" name="token" autocomplete="current-password" required autofocus />
         </label>
         <label>
-          Your name, for the audit trail
-          <input type="text" name="name" autocomplete="username" maxlength="40" pattern="[A-Za-z0-9 ._@\-]{1,40}" placeholder="operator" />
+          A note for the audit trail (optional; your name comes from your token)
+          <input type="text" name="note" maxlength="40" pattern="[A-Za-z0-9 ._@\-]{1,40}" placeholder="e.g. incident 4312" />
         </label>
         {next ? <input type="hidden" name="next" value={escapeHtml(next)} /> : ''}
         <button type="submit">Sign in</button>

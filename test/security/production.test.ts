@@ -1,0 +1,135 @@
+/**
+ * NODE_ENV=production (any letter case) refuses every laptop default, naming
+ * the variable: checked on loadConfig, then on the real process (`bun
+ * src/main.ts`), which must exit 2 before starting anything (no embedded
+ * database, no simulator, no listening socket).
+ */
+import { describe, expect, test } from 'bun:test'
+import { createHash } from 'node:crypto'
+import { ConfigError, loadConfig } from '../../src/config'
+import { maskedUrl } from '../../src/store/masked-url'
+
+const LONG = (tag: string) => `${tag}-${'x'.repeat(40)}`
+/** Everything production needs, valid. */
+const PRODUCTION: Record<string, string> = {
+  NODE_ENV: 'production',
+  DATABASE_URL: 'postgres://app@db.internal:5432/payments',
+  PAYMENT_PROVIDER_URL: 'https://provider.example',
+  API_KEYS: `acme:${LONG('acme')},globex:${LONG('globex')}`,
+  ADMIN_TOKEN: LONG('admin'),
+}
+
+function refusal(env: Record<string, string | undefined>): ConfigError | undefined {
+  try {
+    loadConfig(env)
+    return undefined
+  } catch (error) {
+    if (error instanceof ConfigError) return error
+    throw error
+  }
+}
+
+const without = (name: string) => Object.fromEntries(Object.entries(PRODUCTION).filter(([key]) => key !== name))
+
+/** Each laptop default, and the variable production names for it. */
+const REFUSALS: [label: string, env: Record<string, string>, variable: string][] = [
+  ['no DATABASE_URL (the embedded database)', without('DATABASE_URL'), 'DATABASE_URL'],
+  ['no PAYMENT_PROVIDER_URL (the simulator)', without('PAYMENT_PROVIDER_URL'), 'PAYMENT_PROVIDER_URL'],
+  ['no API_KEYS (the demo key)', without('API_KEYS'), 'API_KEYS'],
+  ['no ADMIN_TOKEN (a random one printed)', without('ADMIN_TOKEN'), 'ADMIN_TOKEN'],
+  ['an admin token of 8 characters', { ...PRODUCTION, ADMIN_TOKEN: '12345678' }, 'ADMIN_TOKEN'],
+  ['an admin token of 31 characters', { ...PRODUCTION, ADMIN_TOKEN: 'a'.repeat(31) }, 'ADMIN_TOKEN'],
+  ['a named operator\'s short token', { ...without('ADMIN_TOKEN'), ADMIN_TOKENS: `alice:${LONG('alice')},bob:short-token` }, 'ADMIN_TOKENS'],
+  ['a 1-character API key', { ...PRODUCTION, API_KEYS: `acme:${LONG('acme')},globex:k` }, 'API_KEYS'],
+  ['the demo key', { ...PRODUCTION, API_KEYS: 'demo:demo-key' }, 'API_KEYS'],
+  ['the demo key under another tenant, among long ones', { ...PRODUCTION, API_KEYS: `acme:${LONG('acme')},globex:demo-key` }, 'API_KEYS'],
+  ['a short METRICS_TOKEN', { ...PRODUCTION, METRICS_TOKEN: 'metrics' }, 'METRICS_TOKEN'],
+]
+
+describe('loadConfig in production', () => {
+  for (const [label, env, variable] of REFUSALS) {
+    test(`refuses ${label}, naming ${variable}`, () => {
+      const error = refusal(env)
+      expect(error?.variable).toBe(variable)
+      expect(error?.message).toStartWith(`${variable}: `)
+    })
+  }
+
+  test('the demo key is refused as the demo key (and would be as too short anyway)', () => {
+    expect(refusal({ ...PRODUCTION, API_KEYS: 'demo:demo-key' })?.message).toContain('the demo key')
+  })
+
+  test('NODE_ENV=Production, PRODUCTION and " production " are production too: no demo key, no embedded database', () => {
+    for (const spelling of ['Production', 'PRODUCTION', ' production ']) {
+      expect(refusal({ ...without('API_KEYS'), NODE_ENV: spelling })?.variable).toBe('API_KEYS')
+      expect(refusal({ NODE_ENV: spelling })?.variable).toBe('DATABASE_URL')
+    }
+  })
+
+  test('a complete production configuration starts, with operators by name, a token given by its hash, and nothing generated', () => {
+    const bobToken = LONG('bob')
+    const hash = createHash('sha256').update(bobToken).digest('hex')
+    const config = loadConfig({ ...PRODUCTION, ADMIN_TOKENS: `alice:${LONG('alice')},bob:sha256:${hash}` })
+    expect(config.production).toBe(true)
+    expect(config.operators.map((operator) => operator.name)).toEqual(['admin', 'alice', 'bob'])
+    expect(config.operators[2]!.digest.toString('hex')).toBe(hash)
+    expect(config.generatedAdminToken).toBeUndefined()
+    expect(config.demoKeys).toBe(false)
+    // No plaintext token is kept in the configuration.
+    expect(JSON.stringify(config)).not.toContain(LONG('alice'))
+  })
+
+  test('operators with the same name or the same token are refused: the token alone must say who signs in', () => {
+    expect(refusal({ ...PRODUCTION, ADMIN_TOKENS: `alice:${LONG('one')},alice:${LONG('two')}` })?.variable).toBe('ADMIN_TOKENS')
+    expect(refusal({ ...PRODUCTION, ADMIN_TOKENS: `alice:${LONG('same')},bob:${LONG('same')}` })?.variable).toBe('ADMIN_TOKENS')
+    expect(refusal({ ...PRODUCTION, ADMIN_TOKENS: `admin:${LONG('other')}` })?.variable).toBe('ADMIN_TOKENS')
+    expect(refusal({ ...PRODUCTION, ADMIN_TOKENS: 'alice' })?.variable).toBe('ADMIN_TOKENS')
+    expect(refusal({ ...PRODUCTION, ADMIN_TOKENS: `<script>:${LONG('x')}` })?.variable).toBe('ADMIN_TOKENS')
+  })
+
+  test('outside production the laptop defaults stay: the demo key, a generated admin token, the embedded database', () => {
+    const config = loadConfig({ NODE_ENV: 'development' })
+    expect(config.demoKeys).toBe(true)
+    expect(config.generatedAdminToken).toBeString()
+    expect(config.databaseUrl).toBeUndefined()
+  })
+})
+
+describe('the service in production', () => {
+  const start = async (env: Record<string, string | undefined>) => {
+    const proc = Bun.spawn([process.execPath, 'src/main.ts'], {
+      // Only what the case sets: none of the test runner's DATABASE_URL or tokens.
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', HOST: '127.0.0.1', PORT: '0', TEST_ALLOW_PORT_0: '1', ...env } as Record<string, string>,
+      stdout: 'pipe',
+      stderr: 'pipe',
+    })
+    const [code, stdout, stderr] = await Promise.all([proc.exited, new Response(proc.stdout).text(), new Response(proc.stderr).text()])
+    return { code, stdout, stderr }
+  }
+
+  test('every refusal stops the start with exit 2 and the variable\'s name, before anything starts', async () => {
+    const results = await Promise.all(REFUSALS.map(async ([label, env, variable]) => ({ label, variable, ...(await start(env)) })))
+    for (const { label, variable, code, stdout, stderr } of results) {
+      expect({ label, code }).toEqual({ label, code: 2 })
+      expect({ label, stderr: stderr.trim() }).toEqual({ label, stderr: expect.stringMatching(new RegExp(`^configuration error: ${variable}: `)) })
+      // Nothing was started: no embedded PostgreSQL, no simulator, no banner.
+      expect({ label, stdout }).toEqual({ label, stdout: '' })
+    }
+  }, 60_000)
+
+  test('NODE_ENV=Production without API_KEYS does not fall back to the demo key', async () => {
+    const { code, stderr } = await start({ ...without('API_KEYS'), NODE_ENV: 'Production' })
+    expect(code).toBe(2)
+    expect(stderr).toContain('API_KEYS')
+    expect(stderr).not.toContain('demo-key (tenant')
+  }, 30_000)
+})
+
+test('the banner masks a password found by URL parsing: with a user, without one, and in the query', () => {
+  expect(maskedUrl('postgres://postgres:postgres@127.0.0.1:54329/postgres')).toBe('postgres://postgres:***@127.0.0.1:54329/postgres')
+  expect(maskedUrl('postgres://:secret@db.internal/payments')).toBe('postgres://:***@db.internal/payments')
+  expect(maskedUrl('postgresql://app:p%40ss%3Aword@[::1]:5432/x?sslmode=require')).toBe('postgresql://app:***@[::1]:5432/x?sslmode=require')
+  expect(maskedUrl('postgres://app@db/x?password=hunter2&sslmode=require')).toBe('postgres://app@db/x?password=***&sslmode=require')
+  expect(maskedUrl('postgres://db.internal/payments')).toBe('postgres://db.internal/payments')
+  for (const url of ['postgres://:secret@h/d', 'postgres://u:secret@h/d', 'postgres://u@h/d?password=secret', 'postgres://u:secret@']) expect(maskedUrl(url)).not.toContain('secret')
+})
