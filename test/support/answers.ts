@@ -11,8 +11,9 @@ export interface Answer {
   readonly status: number | 'closed' | 'hung'
   readonly contentType: string | null
   readonly retryAfter: string | null
-  /** The problem's `code`, for an error answer. */
+  /** The problem's `code` and `detail`, for an error answer. */
   readonly code?: string
+  readonly detail?: string
   readonly paymentId?: string
   readonly replayed?: boolean
   /** Why there was no answer. */
@@ -33,7 +34,7 @@ export async function send(url: string, key: string, body: PaymentBody, timeoutM
       signal: AbortSignal.timeout(timeoutMs),
     })
     const text = await response.text()
-    const parsed = safeJson(text) as { id?: string; code?: string } | undefined
+    const parsed = safeJson(text) as { id?: string; code?: string; detail?: string } | undefined
     const ok = response.status >= 200 && response.status < 300
     return {
       key,
@@ -43,6 +44,7 @@ export async function send(url: string, key: string, body: PaymentBody, timeoutM
       replayed: response.headers.get('idempotent-replayed') === 'true',
       ...(ok && parsed?.id ? { paymentId: parsed.id } : {}),
       ...(!ok && parsed?.code ? { code: parsed.code } : {}),
+      ...(!ok && typeof parsed?.detail === 'string' ? { detail: parsed.detail } : {}),
       ms: performance.now() - started,
     }
   } catch (error) {
