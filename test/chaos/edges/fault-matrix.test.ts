@@ -16,9 +16,9 @@
  * Each case checks that its fault landed where it says (the statement the
  * faulted backend was running), then that:
  * - the service process is the same one and answers /healthz 200;
- * - every request got an HTTP answer: a 2xx, a 409 (another send of a key in
- *   flight) or a 5xx problem+json (503 with Retry-After); none hung, none was
- *   cut off;
+ * - every request got an HTTP answer: a 2xx, or a 5xx problem+json (503 with
+ *   Retry-After), or for a key sent twice at once a 409 while the other send
+ *   is in flight; none hung, none was cut off;
  * - no metric counts an unhandled rejection or exception (a last-resort
  *   handler may exist, but these paths must not need it);
  * - every key then reaches a 2xx through retries within RECOVERY_MS, well
@@ -154,8 +154,9 @@ function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
       },
       async land() {
         await whileAlive(service, waitFor(() => gate.held() === KEYS, () => `the ${KEYS} charges at the provider (${gate.held()} so far)`), 'the charges')
+        // Atomic phases: no transaction is open across the provider call, so what is faulted now is only idle connections.
+        expect(await serviceBackends(db.sql, 'idle in transaction')).toEqual([])
         const idle = await serviceBackends(db.sql, 'idle')
-        // The service holds no statement while its requests are at the provider: every connection is idle.
         expect(idle.some((b) => b.application_name.endsWith(':work'))).toBe(true)
         expect(idle.some((b) => b.application_name.endsWith(':short'))).toBe(true)
         const done = await fault(kind, idle)
@@ -244,7 +245,12 @@ for (const phase of PHASES) {
       if (!svc.alive()) throw new Error(`the service (pid ${svc.pid}) exited with ${await svc.proc.exited} after: ${landed}; answers ${JSON.stringify(tallyAnswers(answers))}; its last lines:\n${svc.tail()}`)
       expect((await fetch(`${svc.url}/healthz`)).status).toBe(200)
       expect(await unhandledCounts(svc.url)).toEqual([])
-      expect(badAnswers(answers)).toEqual([])
+      // 409 "in progress" is true only for a key sent twice at once; to the one request of a key, a fault is a 5xx, never a 409.
+      const duplicated = new Set(keys.slice(0, DUPLICATES))
+      expect([
+        ...badAnswers(answers.filter((a) => duplicated.has(a.key)), { alsoAllowed: [409] }),
+        ...badAnswers(answers.filter((a) => !duplicated.has(a.key)), { alsoAllowed: [] }),
+      ]).toEqual([])
 
       // Every key completes through retries, in seconds.
       const retried = new Map<string, Attempt[]>()
