@@ -1,5 +1,6 @@
 import type { Claimant, ClaimResult, Lease, RequestIdentity, Sql, StoredResponse } from './types'
-import { isExpiredAge, isStaleAge } from './policy'
+import { newLeaseId } from './lease-id'
+import { isExpiredAge, isStaleAge, workedOnCondition } from './policy'
 import { reclaim, renewExpired, retakeReleased } from './reclaim'
 
 interface ClaimRow {
@@ -15,6 +16,8 @@ interface ClaimRow {
   response_status: number | null
   response_headers: Record<string, string> | null
   response_body: string | null
+  /** A processing key's request still runs somewhere (processes.ts workedOnCondition); true otherwise. */
+  worked_on: boolean
 }
 
 /**
@@ -52,25 +55,30 @@ const MAX_ROUNDS = 4
 export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): Promise<ClaimResult> {
   const now = claimant.now ?? null
   const owner = claimant.owner ?? null
+  // The caller draws the lease (and lists it with its heartbeat) before the
+  // claim is sent, so a claim whose answer is lost can still be recognised.
+  const lease = claimant.lease ?? newLeaseId()
+  const taker = { ...claimant, lease }
   for (let round = 0; round < MAX_ROUNDS; round++) {
     const [row] = await sql<ClaimRow[]>`
       with params as (select coalesce(${now}::timestamptz, now()) as now),
       inserted as (
-        insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, owner)
-        select ${id.tenant}, ${id.key}, ${id.method}, ${id.path}, ${id.fingerprint}, 'processing', now, now, ${owner}::uuid from params
+        insert into idempotency_keys (tenant, key, method, path, fingerprint, status, lease, created_at, locked_at, owner)
+        select ${id.tenant}, ${id.key}, ${id.method}, ${id.path}, ${id.fingerprint}, 'processing', ${lease}::bigint, now, now, ${owner}::uuid from params
          where not exists (select 1 from idempotency_keys where tenant = ${id.tenant} and key = ${id.key})
         on conflict (tenant, key) do nothing
         returning lease, attempts, request_id
       )
       select true as fresh, lease, attempts, request_id, 'processing' as status, ${id.fingerprint} as fingerprint,
              0::float8 as age_seconds, null::float8 as completed_age_seconds,
-             null::int as response_status, null::jsonb as response_headers, null::text as response_body
+             null::int as response_status, null::jsonb as response_headers, null::text as response_body, true as worked_on
         from inserted
       union all
       select false, k.lease, k.attempts, k.request_id, k.status, k.fingerprint,
              extract(epoch from (p.now - k.locked_at))::float8,
              extract(epoch from (p.now - coalesce(k.completed_at, k.released_at)))::float8,
-             k.response_status, k.response_headers, k.response_body
+             k.response_status, k.response_headers, k.response_body,
+             (k.status <> 'processing' or ${workedOnCondition(sql, sql`p.now`)}) as worked_on
         from idempotency_keys k, params p
        where k.tenant = ${id.tenant} and k.key = ${id.key}
          and not exists (select 1 from inserted)`
@@ -81,7 +89,7 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): 
     if (row.status === 'done') {
       if (row.completed_age_seconds !== null && isExpiredAge(row.completed_age_seconds, claimant.retentionSeconds)) {
         // Past retention the old answer is forgotten: the request counts as new.
-        const renewed = await renewExpired(sql, id, row.lease, claimant)
+        const renewed = await renewExpired(sql, id, row.lease, taker)
         if (renewed === 'busy') return inProgress(0, 0)
         if (renewed) return { kind: 'created', lease: renewed }
         continue
@@ -91,18 +99,23 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): 
     }
 
     if (row.status === 'released') {
-      // Its last execution failed or was stopped; this request runs (again):
-      // as the same request (same downstream key) if it is one, within retention.
-      const sameRequest = row.fingerprint === id.fingerprint && !isExpiredAge(row.completed_age_seconds ?? 0, claimant.retentionSeconds)
-      const retaken = await retakeReleased(sql, id, seen, sameRequest, claimant)
+      // Its last execution failed or was stopped. Within the retention the key
+      // stays bound to its request, whatever the outcome: another body is a
+      // mismatch, never a new request (a new request_id, so a new downstream
+      // key, would charge again: the provider may have charged the first).
+      // The same request runs again, under the same downstream key.
+      const pastRetention = isExpiredAge(row.completed_age_seconds ?? 0, claimant.retentionSeconds)
+      if (!pastRetention && row.fingerprint !== id.fingerprint) return { kind: 'mismatch', status: 'released' }
+      const retaken = await retakeReleased(sql, id, seen, !pastRetention, taker)
       if (retaken === 'busy') return inProgress(0, 0)
       if (retaken) return { kind: 'created', lease: retaken }
       continue
     }
 
     if (row.fingerprint !== id.fingerprint) return { kind: 'mismatch', status: 'processing' }
-    if (!isStaleAge(row.age_seconds, claimant.ttlSeconds)) return inProgress(claimant.ttlSeconds - row.age_seconds, row.age_seconds)
-    const reclaimed = await reclaim(sql, seen, claimant)
+    if (!isStaleAge(row.age_seconds, claimant.ttlSeconds) && row.worked_on) return inProgress(claimant.ttlSeconds - row.age_seconds, row.age_seconds)
+    // Stale, or nobody works on it (its claim's answer was lost, its owner is gone): take it over.
+    const reclaimed = await reclaim(sql, seen, taker)
     if (reclaimed === 'busy') return inProgress(0, 0) // its completion is committing right now
     if (reclaimed) return { kind: 'reclaimed', lease: reclaimed }
     // Another retry reclaimed it first, or its worker finished: look again.

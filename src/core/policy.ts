@@ -22,7 +22,7 @@
  * (`$1`) for the prepared gauge statements.
  */
 import type postgres from 'postgres'
-import { ownerAliveCondition, PROCESS_ALIVE_SECONDS } from './processes'
+import { ownerAliveCondition, PROCESS_ALIVE_SECONDS, workedOnCondition } from './processes'
 import type { Sql } from './types'
 
 /** 30 s: long enough for a payment provider's slowest honest answer, short enough that a dead worker's key frees up before a client gives up. */
@@ -52,7 +52,7 @@ export function executionBudgetMs(ttlSeconds: number): number {
 }
 
 /** Liveness of a key's owner (heartbeat rows, processes.ts), re-exported so the whole policy reads from here. */
-export { ownerAliveCondition, PROCESS_ALIVE_SECONDS }
+export { ownerAliveCondition, PROCESS_ALIVE_SECONDS, workedOnCondition }
 
 /** A postgres.js fragment, nested into a query with `${...}`. */
 export type Fragment = postgres.PendingQuery<postgres.Row[]>
@@ -124,13 +124,20 @@ export const expired = (sql: Sql, now: Instant, retentionSeconds: number): Fragm
 export const releasedExpired = (sql: Sql, now: Instant, retentionSeconds: number): Fragment => cutoff(sql, 'releasedExpired', now, retentionSeconds)
 
 /**
- * When an operator may force-expire a processing key: once it is stale (its
- * worker has stopped at its deadline), or earlier when its owner process has
- * no fresh heartbeat (gone). Before the deadline of a live owner, never: that
- * worker will finish or fail on its own.
+ * A processing key nobody can be finishing: stale (its worker has stopped at
+ * its deadline, alive or not), or, before that, worked on by no live request
+ * (processes.ts workedOnCondition: its owner is gone, or its owner does not
+ * list the lease: the claim's answer was lost). A retry takes it over
+ * (reclaim.ts), an operator may force-expire it. Before the deadline of a
+ * request that runs, never: that worker will finish or fail on its own.
  */
-export function forceExpirable(sql: Sql, now: Date | null | undefined, ttlSeconds: number): Fragment {
-  return sql`(${stale(sql, now, ttlSeconds)} or not ${ownerAliveCondition(sql, now)})`
+export function abandoned(sql: Sql, now: Instant, ttlSeconds: number): Fragment {
+  return sql`(${stale(sql, now, ttlSeconds)} or (k.status = 'processing' and not ${workedOnCondition(sql, now)}))` as Fragment
+}
+
+/** When an operator may force-expire a processing key: once it is abandoned. */
+export function forceExpirable(sql: Sql, now: Instant, ttlSeconds: number): Fragment {
+  return abandoned(sql, now, ttlSeconds)
 }
 
 /** The instant as SQL: a fragment as is, else the given time or the database's now(). */

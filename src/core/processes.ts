@@ -1,4 +1,6 @@
 import { hostname } from 'node:os'
+import type postgres from 'postgres'
+import { pgTextArray } from './pg-array'
 import type { Sql } from './types'
 
 /**
@@ -21,30 +23,69 @@ export function ownerAliveCondition(sql: Sql, now: Date | null | undefined) {
        and p.heartbeat_at > coalesce(${now ?? null}::timestamptz, now()) - make_interval(secs => ${PROCESS_ALIVE_SECONDS})))`
 }
 
+/**
+ * SQL condition: somebody works on key row `k` (liveness per request, not
+ * per process). Its owner beats, and either lists the key's lease or claimed
+ * it too recently to have listed it (at or after `leases_as_of`; see
+ * sql/00005). A live process that does not list a lease it claimed earlier
+ * has no request running under it: the claim's answer was lost, or the
+ * request ended without a release. Without an owner (a plugin app with no
+ * heartbeat) we cannot tell, and assume it is worked on.
+ *
+ * `now`: a Date (tests, an operator's "as of"), null for now(), or a fragment.
+ */
+export function workedOnCondition(sql: Sql, now: Date | null | undefined | postgres.PendingQuery<postgres.Row[]>) {
+  const at = now === null || now === undefined || now instanceof Date ? sql`coalesce(${now ?? null}::timestamptz, now())` : now
+  // `owner_beat`, not `p`: callers name their params row `p`, and the instant may be `p.now`.
+  return sql`(k.owner is null or exists (
+    select 1 from idempotency_processes owner_beat
+     where owner_beat.id = k.owner
+       and owner_beat.heartbeat_at > ${at} - make_interval(secs => ${PROCESS_ALIVE_SECONDS})
+       and (k.lease = any(owner_beat.leases) or owner_beat.leases_as_of is null or k.locked_at >= owner_beat.leases_as_of)))`
+}
+
 export interface ProcessHeartbeat {
   /** This process's id: the `owner` of every key it claims. */
   readonly id: string
-  /** Beats once now (the timer beats on its own). */
+  /** Beats once now (the timer beats on its own); never two at once. */
   beat(): Promise<void>
   /** Stops beating and removes the row: a clean stop is not mistaken for a live owner. */
   stop(): Promise<void>
 }
 
+export interface HeartbeatOptions {
+  readonly intervalMs?: number
+  readonly log?: (line: string) => void
+  /** The leases this process works on right now, listed with every beat. @default none */
+  readonly leases?: () => readonly string[]
+}
+
 /**
- * Registers this process and keeps its heartbeat fresh. A failed beat (the
- * database away) is retried at the next interval; its keys then look
- * abandoned to operators, which fencing makes safe.
+ * Registers this process and keeps its heartbeat fresh, with the list of
+ * leases it works on. Beats are sequential (the next is timed from the end of
+ * the last), which `leases_as_of` relies on: a claim that began before the
+ * previous beat ran was registered before this beat's list was taken.
+ *
+ * A failed beat (the database away) is retried at the next interval; its keys
+ * then look abandoned to operators, which fencing makes safe.
  */
-export async function startHeartbeat(sql: Sql, options: { intervalMs?: number; log?: (line: string) => void } = {}): Promise<ProcessHeartbeat> {
+export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): Promise<ProcessHeartbeat> {
   const id = crypto.randomUUID()
   await sql`
     insert into idempotency_processes (id, pid, hostname) values (${id}, ${process.pid}, ${hostname().slice(0, 255) || 'unknown'})`
   // Rows of processes gone for a day are of no use to anyone.
   await sql`delete from idempotency_processes where heartbeat_at < now() - interval '1 day'`.catch(() => undefined)
   let failing = false
-  const beat = async () => {
+  let stopped = false
+  let running: Promise<void> = Promise.resolve()
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const write = async () => {
     try {
-      await sql`update idempotency_processes set heartbeat_at = now() where id = ${id}`
+      const leases = pgTextArray(options.leases?.() ?? [])
+      await sql`
+        update idempotency_processes
+           set leases = ${leases}::bigint[], leases_as_of = heartbeat_at, heartbeat_at = now()
+         where id = ${id}`
       if (failing) options.log?.('heartbeat: written again')
       failing = false
     } catch (error) {
@@ -52,13 +93,23 @@ export async function startHeartbeat(sql: Sql, options: { intervalMs?: number; l
       failing = true
     }
   }
-  const timer = setInterval(() => void beat(), options.intervalMs ?? HEARTBEAT_INTERVAL_MS)
-  timer.unref?.()
+  const beat = (): Promise<void> => {
+    running = running.then(write)
+    return running
+  }
+  const schedule = () => {
+    if (stopped) return
+    timer = setTimeout(() => void beat().then(schedule), options.intervalMs ?? HEARTBEAT_INTERVAL_MS)
+    timer.unref?.()
+  }
+  schedule()
   return {
     id,
     beat,
     async stop() {
-      clearInterval(timer)
+      stopped = true
+      clearTimeout(timer)
+      await running
       await sql`delete from idempotency_processes where id = ${id}`.catch(() => undefined)
     },
   }

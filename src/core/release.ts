@@ -11,7 +11,7 @@ import type { Lease, Sql } from './types'
  * owner's claim is left alone. Nothing of ours holds the row lock for longer
  * than a round trip, so this waits on nothing (lock_timeout bounds it anyway).
  */
-export async function release(sql: Sql, lease: Lease): Promise<boolean> {
+export async function release(sql: Sql, lease: Pick<Lease, 'tenant' | 'key' | 'lease'>): Promise<boolean> {
   const rows = await sql`
     update idempotency_keys set status = 'released', owner = null, released_at = now()
      where tenant = ${lease.tenant} and key = ${lease.key}

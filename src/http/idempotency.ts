@@ -6,8 +6,9 @@ import { claim } from '../core/claim'
 import { complete, type TransactionSql } from '../core/complete'
 import { deadlineSignal, DeadlineExceededError, executionBudgetMs, ShuttingDownError } from '../core/deadline'
 import { downstreamKey } from '../core/downstream-key'
-import { IdempotencyError, LeaseLostError, SQLSTATE, isUnavailable, sqlState } from '../core/errors'
+import { DatabaseUnavailableError, IdempotencyError, LeaseLostError, SQLSTATE, isUnavailable, sqlState } from '../core/errors'
 import { fingerprint } from '../core/fingerprint'
+import { newLeaseId } from '../core/lease-id'
 import { release } from '../core/release'
 import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
@@ -15,7 +16,8 @@ import { DEFAULT_MAX_BODY_BYTES, readJsonBody } from './body'
 import { notify, type IdempotencyHooks, type Outcome } from './outcomes'
 import { detail, IdempotencyKey, idempotentOperation, type RouteDocs } from './operation'
 import { isProblemCode, problem, problemResponse, PROBLEM_CONTENT_TYPE, type Problem } from './problem'
-import type { InFlight } from './in-flight'
+import type { ClaimTicket, InFlight } from './in-flight'
+import { log } from '../log'
 
 /** SPEC: Idempotency-Key is 1..255 printable ASCII characters without space; the OpenAPI document shows the same pattern. */
 const KEY_PATTERN = new RegExp(IdempotencyKey.pattern!)
@@ -25,6 +27,24 @@ const KEY_PATTERN = new RegExp(IdempotencyKey.pattern!)
  * this time, the key becomes reclaimable after the TTL instead.
  */
 const RELEASE_TIMEOUT_MS = 2_000
+/**
+ * The longest a claim may take, counted on our side, queueing for a pooled
+ * connection included. A claim is one indexed statement (well under 10 ms
+ * here even at 256 concurrent requests); 2 s means the write path is stuck
+ * (a synchronous standby that stopped acknowledging, a saturated database),
+ * and the request then answers 503 instead of hanging (SPEC: none hangs). The
+ * statement may still commit later: it is then a lost claim (below).
+ */
+const CLAIM_TIMEOUT_MS = 2_000
+/**
+ * When a claim's answer was lost (its connection reset, or it timed out), the
+ * key may have been claimed under our lease after all: we release it under
+ * that lease, now and then twice more, in case the statement was still
+ * running. A release is conditional on our lease, so it never touches another
+ * request's claim. Meanwhile the heartbeat no longer lists the lease, so a
+ * retry or an operator may take the key over within a beat or two anyway.
+ */
+const LOST_CLAIM_RELEASES_MS = [0, 1_000, 4_000] as const
 export { DEFAULT_MAX_BODY_BYTES, DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS }
 
 /** A postgres.js handle (`postgres(url)`), with the schema of sql/ applied to its database. */
@@ -55,7 +75,11 @@ export interface IdempotencyOptions {
   readonly maxBodyBytes?: number
   /** Told each request's outcome, reclaims, lost claims and releases (for metrics). @default none */
   readonly hooks?: IdempotencyHooks
-  /** Counts requests in flight, so a shutdown can drain them. */
+  /**
+   * Counts requests from their acceptance, so a shutdown can drain them (no
+   * new claim starts while it does), and lists the leases being worked on
+   * for the heartbeat (per-request liveness).
+   */
   readonly inFlight?: InFlight
   /** This process's heartbeat id (core/processes.ts), recorded as the owner of the keys it claims. */
   readonly owner?: () => string | undefined
@@ -157,6 +181,15 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   }
 
   async function handle(request: Request): Promise<Response> {
+    const done = options.inFlight?.track(request)
+    try {
+      return await admit(request)
+    } finally {
+      done?.()
+    }
+  }
+
+  async function admit(request: Request): Promise<Response> {
     const started = performance.now()
     const tenant = options.tenant(request)
     if (tenant === undefined) return problemResponse(problem('unauthorized'), { 'www-authenticate': 'Bearer' })
@@ -172,37 +205,51 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     if (!KEY_PATTERN.test(key)) return refuse(problem('invalid-idempotency-key'))
     const valid = validate(body.value, body.text)
     if (!valid.ok) return refuse(problem('invalid-body', undefined, { errors: valid.errors }))
+    // A draining server starts no new claim: nothing is stored, a retry goes to another server.
+    if (options.inFlight?.draining)
+      return refuse(problem('shutting-down', 'This server is stopping; nothing was done. Retry with the same Idempotency-Key.'), 'failed')
 
     const method = request.method.toUpperCase()
     const path = requestPath(request)
     const identity = { tenant, key, method, path, fingerprint: fingerprint(method, path, body.value) }
 
+    // The lease is ours before the claim is sent: listed with the heartbeat
+    // from now on, and known to us if the claim's answer never arrives.
+    const leaseId = newLeaseId()
+    const ticket = options.inFlight?.claiming(leaseId)
+    const claiming = claim(pools.short, identity, { ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.(), lease: leaseId })
     let claimed: ClaimResult
     try {
-      claimed = await claim(pools.short, identity, { ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.() })
+      claimed = await withTimeout(claiming, CLAIM_TIMEOUT_MS, () => new DatabaseUnavailableError(new Error(`the claim got no answer within ${CLAIM_TIMEOUT_MS} ms`)))
     } catch (error) {
-      return failure(error, started, undefined)
+      ticket?.end()
+      recoverLostClaim({ tenant, key, lease: leaseId }, claiming)
+      return failure(error, started, 'lost-claim')
     }
     switch (claimed.kind) {
       case 'replay':
+        ticket?.end()
         count('replayed', started)
         return replay(claimed.response)
       case 'in_progress':
+        ticket?.end()
         count('in_progress', started)
         return problemResponse({ ...problem('in-progress'), retryAfterSeconds: claimed.retryAfterSeconds })
       case 'mismatch':
+        ticket?.end()
         count('mismatch', started)
         return problemResponse(problem('idempotency-key-reused'))
       case 'created':
       case 'reclaimed':
         if (claimed.kind === 'reclaimed') notify('onReclaim', hooks.onReclaim, event)
-        return run(claimed.lease, claimed.kind, request, valid.value, started)
+        return run(claimed.lease, claimed.kind, request, valid.value, started, ticket)
     }
   }
 
-  async function run(lease: Lease, outcome: 'created' | 'reclaimed', request: Request, body: Body, started: number): Promise<Response> {
+  async function run(lease: Lease, outcome: 'created' | 'reclaimed', request: Request, body: Body, started: number, ticket: ClaimTicket | undefined): Promise<Response> {
     const deadline = deadlineSignal(budgetMs)
-    const done = options.inFlight?.enter(lease, deadline.abort)
+    ticket?.hold(lease, deadline.abort)
+    let completing = false
     try {
       // The external phase: no connection held, no transaction open.
       const result = await untilAborted(route.act({
@@ -215,6 +262,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         attempt: lease.attempts,
       }), deadline.signal)
       // The completing phase: one short transaction, fenced by the lease.
+      completing = true
       const stored = await complete(pools.work, lease, async (tx) => {
         const answer = await route.record({ body, tenant: lease.tenant, key: lease.key, result, tx })
         const response = toStored(answer)
@@ -231,11 +279,38 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       }
       const released = await releaseQuietly(lease)
       if (released) notify('onRelease', hooks.onRelease, event)
-      return failure(error, started, released)
+      // A completion whose answer was lost may have committed: then the key is
+      // done (not ours to release any more), and a retry replays it at once.
+      const state = released ? 'released' : completing && isUnavailable(error) ? 'unknown' : 'kept'
+      return failure(error, started, state)
     } finally {
       deadline.clear()
-      done?.()
+      ticket?.end()
     }
+  }
+
+  /**
+   * A claim that failed (reset, terminated, timed out) may have committed:
+   * release the key under our lease, when its late answer arrives and a few
+   * times over (LOST_CLAIM_RELEASES_MS). Every step is caught: nothing here
+   * may reject unhandled (invariant 9).
+   */
+  function recoverLostClaim(lease: Pick<Lease, 'tenant' | 'key' | 'lease'>, claiming: Promise<ClaimResult>): void {
+    const giveBack = () => release(pools.short, lease).then((released) => {
+      if (released) notify('onRelease', hooks.onRelease, event)
+      return released
+    }, () => false)
+    claiming.then((late) => {
+      if (late.kind === 'created' || late.kind === 'reclaimed') void giveBack()
+    }, () => undefined)
+    let attempt = 0
+    const next = () => {
+      const wait = LOST_CLAIM_RELEASES_MS[attempt++]
+      if (wait === undefined) return
+      const timer = setTimeout(() => void giveBack().then((released) => { if (!released) next() }), wait)
+      timer.unref?.()
+    }
+    next()
   }
 
   async function releaseQuietly(lease: Lease): Promise<boolean> {
@@ -248,27 +323,39 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     }
   }
 
-  /** `released`: undefined when nothing was claimed, else whether the key was given back. */
-  function failure(error: unknown, started: number, released: boolean | undefined): Response {
+  /**
+   * What became of the key, for the answer's detail:
+   * - lost-claim: the claim failed; if it committed anyway, it is released under our lease;
+   * - released: given back, a retry runs again;
+   * - kept: the release failed, so the key becomes reclaimable (at the latest after the TTL);
+   * - unknown: the completion's answer was lost: it may have committed.
+   */
+  function failure(error: unknown, started: number, key: 'lost-claim' | 'released' | 'kept' | 'unknown'): Response {
     count('failed', started)
-    const after = released === false
-      ? `the idempotency key could not be released now; it can be retried after ${ttlSeconds} s`
-      : released ? 'the idempotency key was released, so a retry runs again' : 'retry with the same Idempotency-Key'
+    const after = {
+      'lost-claim': 'retry with the same Idempotency-Key',
+      released: 'the idempotency key was released, so a retry runs again',
+      kept: `the idempotency key could not be released now; a retry can take it over within ${ttlSeconds} s`,
+      unknown: 'the outcome is unknown; retry with the same Idempotency-Key: a stored answer is replayed, otherwise the request runs again',
+    }[key]
     if (error instanceof FailedResult)
       return new Response(error.response.body, { status: error.response.status, headers: error.response.headers })
     if (error instanceof DeadlineExceededError)
       return problemResponse(problem('deadline-exceeded', `Processing ran into its deadline and was stopped; ${after}.`))
     if (error instanceof ShuttingDownError)
       return problemResponse(problem('shutting-down', `This server stopped before the request finished; ${after}.`))
+    if (key === 'unknown')
+      return problemResponse({ ...problem('database-unavailable', `The database did not confirm the completion; ${after}.`), retryAfterSeconds: 1 })
     if (isUnavailable(error) || sqlState(error) === SQLSTATE.QUERY_CANCELED)
       return problemResponse(problem('database-unavailable', `The database is unavailable; ${after}.`))
+    // Our own writes waited on a lock for lock_timeout: the request failed (its key was released), nothing is in progress.
     if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE)
-      return problemResponse(problem('in-progress', 'The key is busy; retry shortly.'))
+      return problemResponse({ ...problem('database-unavailable', `A database lock was not obtained in time; ${after}.`), retryAfterSeconds: 1 })
     // An error with a catalogued code (e.g. provider-failed, 502) is answered as such; any other is internal.
     const code = error instanceof IdempotencyError ? error.code.toLowerCase().replaceAll('_', '-') : ''
     if (error instanceof IdempotencyError && error.status >= 500 && isProblemCode(code))
       return problemResponse(problem(code, `${error.message}; ${after}.`))
-    console.error(`idempotent ${route.path}: processing failed:`, error instanceof Error ? error.message : error)
+    log.error('processing failed', { route: route.path, error })
     return problemResponse(problem('internal', `Processing failed; ${after}.`))
   }
 
@@ -329,4 +416,11 @@ function replay(response: StoredResponse): Response {
     status: response.status,
     headers: { ...response.headers, 'idempotent-replayed': 'true' },
   })
+}
+
+/** `work`, or `timeout()`'s error after `ms`; the work goes on (its late result is the caller's to handle). */
+function withTimeout<T>(work: Promise<T>, ms: number, timeout: () => Error): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const expired = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(timeout()), ms) })
+  return Promise.race([work, expired]).finally(() => clearTimeout(timer))
 }

@@ -35,7 +35,7 @@ export function paymentJson(row: PaymentRow): Payment {
  * One INSERT ... RETURNING: through the idempotent handler's transaction it
  * commits with the key's completion; the bench baseline runs it alone.
  */
-export async function insertPayment(sql: postgres.Sql<Record<string, never>> | postgres.ReservedSql<Record<string, never>>, tenant: string, payment: NewPayment, providerRef: string, idempotencyKey: string): Promise<PaymentRow> {
+export async function insertPayment(sql: postgres.Sql<Record<string, never>> | postgres.TransactionSql<Record<string, never>>, tenant: string, payment: NewPayment, providerRef: string, idempotencyKey: string): Promise<PaymentRow> {
   const [row] = await sql<PaymentRow[]>`
     insert into payments (tenant, amount, currency, customer, description, status, provider_ref, idempotency_key)
     values (${tenant}, ${payment.amount}, ${payment.currency}, ${payment.customer}, ${payment.description ?? null}, 'succeeded', ${providerRef}, ${idempotencyKey})

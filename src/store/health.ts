@@ -41,6 +41,7 @@ export class DatabaseHealth {
       connect_timeout: PROBE_TIMEOUT_MS / 1000,
       backoff: reconnectBackoff,
       idle_timeout: 0,
+      fetch_types: false,
       onnotice: () => undefined,
       // PgBouncer refuses statement_timeout as a startup parameter; the probe's own race below bounds it anyway.
       connection: pgbouncer ? { application_name: applicationName } : { application_name: applicationName, statement_timeout: PROBE_TIMEOUT_MS },

@@ -245,13 +245,17 @@ describe('release', () => {
     expect(await sideEffects(id.key)).toBe(1)
   })
 
-  test('another request under a released key is a new request (new request id), not a mismatch', async () => {
+  // Catches: a released key rebound to whatever body comes next (a new request id, so a new downstream key: a second charge).
+  test('another request under a released key is a mismatch within the retention, and a new request only past it', async () => {
     const id = identity({ body: { amount: 1 } })
     const first = leaseOf(await claim(db.pools.short, id, timing()))
     await release(db.pools.short, first)
-    const other = leaseOf(await claim(db.pools.short, { ...id, fingerprint: identity({ body: { amount: 2 } }).fingerprint }, timing()))
-    expect(other.requestId).not.toBe(first.requestId)
-    expect(other.attempts).toBe(1)
+    const other = { ...id, fingerprint: identity({ body: { amount: 2 } }).fingerprint }
+    expect(await claim(db.pools.short, other, timing())).toEqual({ kind: 'mismatch', status: 'released' })
+    const [row] = await db.sql<{ released_at: Date }[]>`select released_at from idempotency_keys where tenant = ${id.tenant} and key = ${id.key}`
+    const renewed = leaseOf(await claim(db.pools.short, other, timing(secondsAfter(row!.released_at, RETENTION + 1))))
+    expect(renewed.requestId).not.toBe(first.requestId)
+    expect(renewed.attempts).toBe(1)
   })
 
   // Catches: an unconditional release (one that ignores the lease).
