@@ -64,8 +64,8 @@ export interface Backend {
 }
 
 export interface Hold {
-  /** Service backends (application_name idempotent-post:...) waiting on this hold right now, with their statement. */
-  waiting(): Promise<Backend[]>
+  /** Service backends (application_name idempotent-post:<pid>:..., of the service process `pid` when given) waiting on this hold right now, with their statement. */
+  waiting(pid?: number): Promise<Backend[]>
   /** Lets every held statement go on, and gives the connection back. */
   release(): Promise<void>
 }
@@ -77,13 +77,13 @@ export async function hold(sql: postgres.Sql, name: HoldName): Promise<Hold> {
   await holder`select pg_advisory_lock(${lock})`
   let released = false
   return {
-    waiting: () => sql<Backend[]>`
+    waiting: (pid) => sql<Backend[]>`
       select a.pid, a.application_name, a.client_port, a.state, a.query, a.wait_event
         from pg_stat_activity a
         join pg_locks l on l.pid = a.pid and l.locktype = 'advisory' and not l.granted
                        and l.database = (select oid from pg_database where datname = current_database())
                        and l.classid = 0 and l.objid = ${lock} and l.objsubid = 1
-       where a.datname = current_database() and a.application_name like 'idempotent-post:%'`,
+       where a.datname = current_database() and a.application_name like ${applicationNames(pid)}`,
     async release() {
       if (released) return
       released = true
@@ -96,12 +96,15 @@ export async function hold(sql: postgres.Sql, name: HoldName): Promise<Hold> {
   }
 }
 
-/** The service's backends in this database (application_name idempotent-post:<pid>:<pool>), in `state` when given. */
-export function serviceBackends(sql: postgres.Sql, state?: string): Promise<Backend[]> {
+/** A LIKE pattern for the application_name of the service's connections: idempotent-post:<pid>:<pool>. */
+const applicationNames = (pid?: number) => `idempotent-post:${pid ?? '%'}:%`
+
+/** The service's backends in this database (of the process `pid` when given), in `state` when given. */
+export function serviceBackends(sql: postgres.Sql, options: { state?: string; pid?: number } = {}): Promise<Backend[]> {
   return sql<Backend[]>`
     select pid, application_name, client_port, state, query, wait_event from pg_stat_activity
-     where datname = current_database() and application_name like 'idempotent-post:%'
-       and (${state ?? null}::text is null or state = ${state ?? null})`
+     where datname = current_database() and application_name like ${applicationNames(options.pid)}
+       and (${options.state ?? null}::text is null or state = ${options.state ?? null})`
 }
 
 /** pg_terminate_backend of each, from the test's connection; returns the pids it signalled. */

@@ -65,6 +65,32 @@ let proxy: TcpProxy | undefined
 let service: ServiceProcess | undefined
 let held: Hold | undefined
 
+interface Target { readonly proxy: TcpProxy; readonly service: ServiceProcess }
+/**
+ * The next case's service, started while this case runs: a start takes most
+ * of a case's time (0.4 to 1 s), and an idle service disturbs nothing here
+ * (every fault and hold is scoped to the case's own service by its pid).
+ */
+let next: Promise<Target> | undefined
+
+async function startTarget(): Promise<Target> {
+  const proxy = await startTcpProxy(db.url)
+  try {
+    return { proxy, service: await startService(proxy.url, gate.url, { IDEMPOTENCY_TTL_SECONDS: String(TTL_SECONDS) }) }
+  } catch (error) {
+    proxy.stop()
+    throw error
+  }
+}
+
+/** This case's service (started ahead, or now), and the next case's on its way. */
+async function takeTarget(last: boolean): Promise<Target> {
+  const target = await (next ?? startTarget())
+  next = last ? undefined : startTarget()
+  next?.catch(() => undefined) // awaited by the next case, which then reports it
+  return target
+}
+
 beforeAll(async () => {
   db = await createTestDatabase('edges_matrix')
   await installHolds(db.sql)
@@ -80,6 +106,9 @@ afterEach(async () => {
   held = service = proxy = undefined
 })
 afterAll(async () => {
+  const left = await next?.catch(() => undefined)
+  await left?.service.stop('SIGKILL')
+  left?.proxy.stop()
   await gate?.stop()
   await provider?.stop()
   await db?.drop()
@@ -133,7 +162,7 @@ function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
       },
       async land() {
         let waiting: Backend[] = []
-        await whileAlive(service, waitFor(async () => (waiting = await held!.waiting()).length >= FAULTED,
+        await whileAlive(service, waitFor(async () => (waiting = await held!.waiting(service.pid)).length >= FAULTED,
           () => `${FAULTED} service backends held in ${holdName} (${waiting.length} so far)`), `the ${holdName} hold`)
         // The fault lands on statements of this phase, caught while they run.
         for (const backend of waiting) expect({ pid: backend.pid, query: backend.query }).toEqual({ pid: backend.pid, query: expect.stringMatching(HOLDS[holdName].query) })
@@ -155,8 +184,8 @@ function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
       async land() {
         await whileAlive(service, waitFor(() => gate.held() === KEYS, () => `the ${KEYS} charges at the provider (${gate.held()} so far)`), 'the charges')
         // Atomic phases: no transaction is open across the provider call, so what is faulted now is only idle connections.
-        expect(await serviceBackends(db.sql, 'idle in transaction')).toEqual([])
-        const idle = await serviceBackends(db.sql, 'idle')
+        expect(await serviceBackends(db.sql, { state: 'idle in transaction', pid: service.pid })).toEqual([])
+        const idle = await serviceBackends(db.sql, { state: 'idle', pid: service.pid })
         expect(idle.some((b) => b.application_name.endsWith(':work'))).toBe(true)
         expect(idle.some((b) => b.application_name.endsWith(':short'))).toBe(true)
         const done = await fault(kind, idle)
@@ -222,12 +251,12 @@ async function unhandledCounts(url: string): Promise<string[]> {
 const PHASES: Phase[] = ['setup', 'claim', 'provider-call', 'completion', 'fence-commit', 'release']
 const FAULTS: Fault[] = ['rst', 'terminate']
 
+const LAST = `${PHASES.at(-1)}-${FAULTS.at(-1)}`
 for (const phase of PHASES) {
   for (const kind of FAULTS) {
     test(`${kind === 'rst' ? 'RST of a connection' : 'pg_terminate_backend'} during ${phase}: the process keeps serving, every request is answered, every key then completes once`, async () => {
       const t0 = performance.now()
-      proxy = await startTcpProxy(db.url)
-      service = await startService(proxy.url, gate.url, { IDEMPOTENCY_TTL_SECONDS: String(TTL_SECONDS) })
+      ;({ proxy, service } = await takeTarget(`${phase}-${kind}` === LAST))
       const svc = service
       const run = `${phase}-${kind}-${crypto.randomUUID().slice(0, 6)}`
       const bodies = new Map<string, PaymentBody>(Array.from({ length: KEYS }, (_, i) => [`m-${run}-${i}`, payment({ customer: `cus_${run}_${i}` })]))
