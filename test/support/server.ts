@@ -126,7 +126,8 @@ export function gateProvider(upstream: GateUpstream, options: GateOptions = { ..
       }
       const headers = new Headers(request.headers)
       for (const name of ['host', 'connection', 'content-length']) headers.delete(name)
-      const answer = await fetch(`${upstream.url}${pathname}${search}`, { method: request.method, headers, ...(body ? { body } : {}), redirect: 'manual' })
+      const answer = await forward(`${upstream.url}${pathname}${search}`, { method: request.method, headers, ...(body ? { body } : {}), redirect: 'manual' })
+      if (!answer) return Response.json({ error: 'the gate could not reach the provider' }, { status: 502 })
       const out = new Headers(answer.headers)
       for (const name of ['content-length', 'content-encoding', 'transfer-encoding', 'connection']) out.delete(name)
       return new Response(await answer.arrayBuffer(), { status: answer.status, headers: out })
@@ -152,6 +153,22 @@ export function gateProvider(upstream: GateUpstream, options: GateOptions = { ..
       await options.stop?.()
     },
   }
+}
+
+/**
+ * The gate's request to its upstream. A kept-alive connection the upstream
+ * has just closed (node:http ends idle ones after 5 s) fails before anything
+ * reached it: sent again, up to 3 times (a charge carries its Idempotency-Key,
+ * so a repeat is harmless anyway). Undefined when the upstream stays
+ * unreachable: the gate answers 502 rather than throwing in its handler.
+ */
+async function forward(url: string, init: RequestInit): Promise<Response | undefined> {
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    try {
+      return await fetch(url, init)
+    } catch { /* a stale or refused connection: again */ }
+  }
+  return undefined
 }
 
 /** Counts charges over the provider's own API, as an operator or a black-box test would. */
