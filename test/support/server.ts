@@ -69,6 +69,12 @@ export interface GatedProvider extends ProviderHandle {
   release(): void
   /** Charge requests waiting at the gate. */
   held(): number
+  /**
+   * The next `count` charge requests are refused with 503 by the gate, as a
+   * provider that is down refuses before charging anything (the simulator's
+   * failure mode, on command); `fail(0)` stops refusing.
+   */
+  fail(count?: number): void
 }
 
 /**
@@ -81,7 +87,27 @@ export interface GatedProvider extends ProviderHandle {
  */
 export async function startGatedProvider(faults: Omit<ProviderFaults, 'lostResponseRate'> = {}): Promise<GatedProvider> {
   const provider = await startProvider(faults)
+  return gateProvider(provider, { pending: provider.pending, stop: provider.stop })
+}
+
+/** What a gate forwards to: any provider with the simulator's API (e.g. a simulator process, test/support/provider-process.ts). */
+export interface GateUpstream {
+  readonly url: string
+  /** Charges the upstream has not answered yet, when it can tell (an in-process simulator can). */
+  readonly pending?: () => number
+}
+
+export interface GateOptions {
+  /** Charges the upstream has not answered yet, added to `pending()`. */
+  readonly pending?: () => number
+  /** Stopped with the gate (the upstream is the gate's own). @default nothing: the upstream is the caller's */
+  readonly stop?: () => Promise<void>
+}
+
+/** The gate of startGatedProvider, in front of any provider; `stop()` stops the gate only, unless `options.stop` says more. */
+export function gateProvider(upstream: GateUpstream, options: GateOptions = { ...(upstream.pending ? { pending: upstream.pending } : {}) }): GatedProvider {
   let toHold = 0
+  let toFail = 0
   const waiting = new Set<() => void>()
   const proxy = Bun.serve({
     hostname: '127.0.0.1',
@@ -89,13 +115,19 @@ export async function startGatedProvider(faults: Omit<ProviderFaults, 'lostRespo
     async fetch(request) {
       const { pathname, search } = new URL(request.url)
       const body = request.method === 'GET' || request.method === 'HEAD' ? undefined : await request.arrayBuffer()
-      if (toHold > 0 && request.method === 'POST' && pathname === '/v1/charges') {
+      const isCharge = request.method === 'POST' && pathname === '/v1/charges'
+      if (isCharge && toFail > 0) {
+        toFail--
+        return Response.json({ error: 'provider unavailable (refused at the test gate)' }, { status: 503 })
+      }
+      if (isCharge && toHold > 0) {
         toHold--
         await new Promise<void>((resolve) => waiting.add(resolve))
       }
       const headers = new Headers(request.headers)
       for (const name of ['host', 'connection', 'content-length']) headers.delete(name)
-      const answer = await fetch(`${provider.url}${pathname}${search}`, { method: request.method, headers, ...(body ? { body } : {}), redirect: 'manual' })
+      const answer = await forward(`${upstream.url}${pathname}${search}`, { method: request.method, headers, ...(body ? { body } : {}), redirect: 'manual' })
+      if (!answer) return Response.json({ error: 'the gate could not reach the provider' }, { status: 502 })
       const out = new Headers(answer.headers)
       for (const name of ['content-length', 'content-encoding', 'transfer-encoding', 'connection']) out.delete(name)
       return new Response(await answer.arrayBuffer(), { status: answer.status, headers: out })
@@ -109,17 +141,34 @@ export async function startGatedProvider(faults: Omit<ProviderFaults, 'lostRespo
   }
   return {
     url,
-    charges: (customer) => chargesAt(provider.url, customer),
-    pending: () => waiting.size + provider.pending(),
+    charges: (customer) => chargesAt(upstream.url, customer),
+    pending: () => waiting.size + (options.pending?.() ?? 0),
     held: () => waiting.size,
     hold: (count = Number.POSITIVE_INFINITY) => { toHold = count },
+    fail: (count = Number.POSITIVE_INFINITY) => { toFail = count },
     release,
     async stop() {
       release()
       await proxy.stop(true)
-      await provider.stop()
+      await options.stop?.()
     },
   }
+}
+
+/**
+ * The gate's request to its upstream. A kept-alive connection the upstream
+ * has just closed (node:http ends idle ones after 5 s) fails before anything
+ * reached it: sent again, up to 3 times (a charge carries its Idempotency-Key,
+ * so a repeat is harmless anyway). Undefined when the upstream stays
+ * unreachable: the gate answers 502 rather than throwing in its handler.
+ */
+async function forward(url: string, init: RequestInit): Promise<Response | undefined> {
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    try {
+      return await fetch(url, init)
+    } catch { /* a stale or refused connection: again */ }
+  }
+  return undefined
 }
 
 /** Counts charges over the provider's own API, as an operator or a black-box test would. */
