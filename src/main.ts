@@ -12,6 +12,8 @@
  * them. What has started is stopped in reverse order, and the exit is 0.
  */
 import type { Config } from './config'
+// Before anything imports the database driver (bunfig.toml preloads it too, when run from the checkout).
+import './store/driver-fixes'
 
 const stop = new AbortController()
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {

@@ -1,0 +1,127 @@
+/**
+ * Fixes to postgres.js 3.4.9 (the required driver), applied as it loads.
+ *
+ * A connection reset or terminated under load left the driver in states no
+ * caller can get out of (found by test/chaos/edges: driver-after-reset and
+ * the fault matrix):
+ *
+ * 1. After a socket error, the failed query stays the connection's current
+ *    one. A query issued before the close arrives (a retry in the catch, the
+ *    next request) queues behind it, the close that follows an error rejects
+ *    nothing (`!hadError && ...`), and it hangs; and every query that reaches
+ *    that connection object later queues behind the dead one: the slot never
+ *    serves again, each query fails after connect_timeout. (Upstream:
+ *    porsager/postgres#1130, PR #1142, unreleased.)
+ * 2. A query sent through a connection object after its close (a transaction
+ *    scope's next statement) is written to a socket that is gone: `socket`
+ *    is null in nextWrite, a TypeError thrown from setImmediate, an uncaught
+ *    exception that ended the process (invariant 9).
+ *
+ * 3. A close kept the bytes it had not written yet and the handle of their
+ *    timer, so the reconnect's startup message was queued behind them and
+ *    never sent: every reconnect of that slot timed out (CONNECT_TIMEOUT).
+ *
+ * The fixes: a dead connection forgets its current query; a close rejects
+ * whatever is still pending, with or without an error, and drops its unsent
+ * bytes; a query through a closed connection is rejected
+ * (CONNECTION_CLOSED) instead of written.
+ *
+ * How: a Bun runtime plugin rewrites connection.js as it is imported (no
+ * patched copy of node_modules, nothing run at install time: a package that
+ * depends on ours would get no install-time patch anyway). It must be loaded
+ * before postgres.js is: bunfig.toml preloads it for every `bun` run in this
+ * checkout (the service, the CLI, tests, the bench), and main.ts imports it
+ * first. Each replacement must match exactly once, or the import fails,
+ * naming the fix: a different driver version is refused rather than run
+ * unpatched (package.json pins postgres to 3.4.9).
+ */
+import { plugin } from 'bun'
+import { dirname, resolve } from 'node:path'
+
+interface Fix {
+  readonly name: string
+  readonly from: string
+  readonly to: string
+}
+
+export const DRIVER_FIXES: readonly Fix[] = [
+  {
+    name: 'a connection that errored forgets its current query',
+    from: `    errored(err)
+    while (sent.length)
+      queryError(sent.shift(), err)
+  }`,
+    to: `    errored(err)
+    while (sent.length)
+      queryError(sent.shift(), err)
+    query = null /* idempotent-post driver-fixes: 1 */
+  }`,
+  },
+  {
+    name: 'a close rejects what is pending, also after an error',
+    from: `    !hadError && (query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))`,
+    // An \`if\`, not \`(a || b) && ...\`: the line before ends without a semicolon (\`return reconnect()\`).
+    to: `    if (query || sent.length) error(Errors.connection('CONNECTION_CLOSED', options, socket)) /* idempotent-post driver-fixes: 1 */`,
+  },
+  {
+    // The slot that never served again: the close cleared the write timer but
+    // kept its handle and the unsent bytes, so the next connection's startup
+    // message was appended to the dead one's bytes and never scheduled: each
+    // reconnect timed out (CONNECT_TIMEOUT) with the socket open and silent.
+    name: 'a close drops the bytes not yet written, and their timer',
+    from: `    incomings = null
+    clearImmediate(nextWriteTimer)`,
+    to: `    incomings = null
+    clearImmediate(nextWriteTimer)
+    chunk = nextWriteTimer = null /* idempotent-post driver-fixes: 3 */`,
+  },
+  {
+    name: 'a query through a closed connection is rejected, never written',
+    from: `  function execute(q) {
+    if (terminated)`,
+    to: `  function execute(q) {
+    if (!socket && !initial) /* idempotent-post driver-fixes: 2 */
+      return queryError(q, Errors.connection('CONNECTION_CLOSED', options))
+
+    if (terminated)`,
+  },
+  {
+    name: 'nothing is written to a socket that is gone',
+    from: `    const x = socket.write(chunk, fn)`,
+    to: `    const x = socket ? socket.write(chunk, fn) : false /* idempotent-post driver-fixes: 2 */`,
+  },
+]
+
+/** connection.js with every fix applied; throws naming the first fix whose code is not found exactly once. */
+export function patchConnectionSource(source: string): string {
+  let patched = source
+  for (const fix of DRIVER_FIXES) {
+    const at = patched.indexOf(fix.from)
+    if (at < 0 || patched.indexOf(fix.from, at + 1) >= 0)
+      throw new Error(`postgres.js is not the version these fixes were written for (src/store/driver-fixes.ts: "${fix.name}" not found exactly once); pin postgres to 3.4.9 or review the fixes`)
+    patched = patched.slice(0, at) + fix.to + patched.slice(at + fix.from.length)
+  }
+  return patched
+}
+
+/**
+ * Bun 1.4 hands a runtime plugin's onLoad no file from node_modules, but it
+ * does ask onResolve: the driver's own `./connection.js` is resolved into a
+ * namespace of ours and loaded from there. Its relative imports are made
+ * absolute, so they are the very modules the rest of the driver uses (one
+ * `Errors`, one `Query`: instanceof checks hold).
+ */
+plugin({
+  name: 'idempotent-post: postgres.js fixes',
+  setup(build) {
+    build.onResolve({ filter: /^\.\/connection\.js$/ }, ({ path, importer }) => {
+      if (!/[\\/]postgres[\\/]src[\\/]index\.js$/.test(importer)) return undefined
+      return { path: resolve(dirname(importer), path), namespace: 'idempotent-post-driver' }
+    })
+    build.onLoad({ filter: /.*/, namespace: 'idempotent-post-driver' }, async ({ path }) => ({
+      contents: patchConnectionSource(await Bun.file(path).text())
+        .replace(/from '\.\/([\w.-]+\.js)'/g, (_, file: string) => `from ${JSON.stringify(resolve(dirname(path), file))}`),
+      loader: 'js',
+    }))
+  },
+})
