@@ -1,5 +1,5 @@
 import { Batcher } from './batcher'
-import { isUnavailable } from './errors'
+import { isDataError } from './errors'
 import { newLeaseId } from './lease-id'
 import { isExpiredAge } from './policy'
 import { reclaim, renewExpired, retakeReleased } from './reclaim'
@@ -98,7 +98,7 @@ const batchers = new WeakMap<Sql, Batcher<ClaimMember, ClaimRow | undefined>>()
 function claimsOf(sql: Sql): Batcher<ClaimMember, ClaimRow | undefined> {
   let batcher = batchers.get(sql)
   if (!batcher) {
-    batcher = new Batcher({ run: (members) => runClaims(sql, members), isolate: (error) => !isUnavailable(error) })
+    batcher = new Batcher({ run: (members) => runClaims(sql, members), isolate: isDataError })
     batchers.set(sql, batcher)
   }
   return batcher

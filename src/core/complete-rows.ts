@@ -1,7 +1,7 @@
 import type postgres from 'postgres'
 import { Batcher } from './batcher'
 import { COMPLETION_TIMEOUT_MS, type CompleteOptions } from './complete'
-import { DatabaseUnavailableError, isUnavailable, LeaseLostError } from './errors'
+import { DatabaseUnavailableError, isDataError, isUnavailable, LeaseLostError } from './errors'
 import type { Lease, StoredResponse } from './types'
 
 /** Rows to insert, by table: the business writes of a declarative recording step. */
@@ -65,7 +65,7 @@ const batchers = new WeakMap<postgres.Sql<Record<string, never>>, Batcher<Member
 function completionsOf(pool: postgres.Sql<Record<string, never>>): Batcher<Member, boolean> {
   let batcher = batchers.get(pool)
   if (!batcher) {
-    batcher = new Batcher({ run: (members) => runCompletions(pool, members), isolate: (error) => !isUnavailable(error) })
+    batcher = new Batcher({ run: (members) => runCompletions(pool, members), isolate: isDataError })
     batchers.set(pool, batcher)
   }
   return batcher

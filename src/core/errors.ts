@@ -50,6 +50,17 @@ const UNAVAILABLE = new Set([
   SQLSTATE.ADMIN_SHUTDOWN, SQLSTATE.CANNOT_CONNECT_NOW, SQLSTATE.TOO_MANY_CONNECTIONS, '57P02', '08000', '08003', '08006', '08001', '08004',
 ])
 
+/**
+ * A data exception (22) or an integrity constraint violation (23): an error
+ * of some member's row, which running the members one by one pins on that
+ * member alone (batcher.ts). A lock timeout or a lost connection is no one
+ * member's fault, and is not retried that way.
+ */
+export function isDataError(error: unknown): boolean {
+  const code = sqlState(error)
+  return code !== undefined && /^2[23][0-9A-Z]{3}$/.test(code)
+}
+
 export function isUnavailable(error: unknown): boolean {
   const code = sqlState(error)
   return (code !== undefined && UNAVAILABLE.has(code)) || error instanceof DatabaseUnavailableError

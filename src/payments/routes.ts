@@ -1,4 +1,5 @@
 import { Elysia } from 'elysia'
+import { characters } from '../characters'
 import type { Pools } from '../store/db'
 import { retryRead } from '../store/read'
 import { idempotentPost, type IdempotencyOptions } from '../http/idempotency'
@@ -84,7 +85,7 @@ export function paymentsRoutes(options: PaymentsOptions) {
       if (tenant === undefined) return problemResponse(problems.unauthorized(), { 'www-authenticate': 'Bearer' })
       const query = new URL(request.url).searchParams
       const customer = query.get('customer')
-      if (!customer || customer.length > CUSTOMER_MAX_LENGTH || customer.includes('\u0000'))
+      if (!customer || characters(customer) > CUSTOMER_MAX_LENGTH || customer.includes('\u0000'))
         return problemResponse(problem('invalid-query', `Give ?customer= (1 to ${CUSTOMER_MAX_LENGTH} characters).`))
       const rawLimit = query.get('limit')
       const limit = rawLimit === null ? DEFAULT_LIMIT : /^\d{1,3}$/.test(rawLimit) ? Number(rawLimit) : NaN

@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
+import { characters } from '../characters'
 import { integerLiteralsOnly } from '../http/body'
 import type { Validation } from '../http/idempotency'
 
@@ -45,13 +46,6 @@ const NewPaymentUnits = Type.Object(
   },
   { additionalProperties: false },
 )
-
-/** Code points of a string (lone surrogates are refused before this, by body.ts). */
-export function characters(text: string): number {
-  let count = 0
-  for (const _ of text) count++
-  return count
-}
 
 function lengthErrors(payment: NewPayment): string[] {
   const errors: string[] = []

@@ -3,6 +3,7 @@
  * must refuse bad input) and the client (which must not trust an answer).
  * One home for the rules, so both sides agree on what a charge is.
  */
+import { characters } from '../characters'
 
 export interface ChargeRequest {
   readonly amount: number
@@ -41,7 +42,7 @@ export function parseChargeRequest(body: unknown): ChargeRequest | string {
   if (typeof amount !== 'number' || !Number.isSafeInteger(amount) || amount < 1 || amount > MAX_AMOUNT)
     return `amount must be a whole number from 1 to ${MAX_AMOUNT}`
   if (typeof currency !== 'string' || !CURRENCY.test(currency)) return 'currency must be three upper-case letters'
-  if (typeof customer !== 'string' || customer.length < 1 || customer.length > MAX_CUSTOMER_LENGTH || customer.includes('\0'))
+  if (typeof customer !== 'string' || customer.length < 1 || characters(customer) > MAX_CUSTOMER_LENGTH || customer.includes('\0'))
     return `customer must be a string of 1 to ${MAX_CUSTOMER_LENGTH} characters`
   return { amount, currency, customer }
 }
