@@ -53,7 +53,7 @@ describe('a lock not obtained in time', () => {
       const answer = track(postPayment(body, { key }))
       await waitFor(async () => (await db.sql`
         select 1 from pg_stat_activity
-         where datname = current_database() and wait_event_type = 'Lock' and query ~* '^[[:space:]]*insert into payments'`).length === 1 || answer.settled(),
+         where datname = current_database() and wait_event_type = 'Lock' and query ~* 'insert into payments|done as [(][[:space:]]*update idempotency_keys'`).length === 1 || answer.settled(),
       'the completion\'s INSERT to wait on the lock')
       expect(answer.settled()).toBe(false)
       response = await answer.promise // the lock is still held: the service gave up waiting (55P03)

@@ -23,8 +23,11 @@ import type postgres from 'postgres'
 
 export const HOLDS = {
   'claim': { lock: 1_606_001, query: /insert into idempotency_keys/i },
-  'payment-insert': { lock: 1_606_002, query: /insert into payments/i },
-  'commit': { lock: 1_606_003, query: /^\s*commit\s*$/i },
+  // The payment INSERT: its own statement in the transactional form, a part of
+  // the one completing statement in the declarative form (core/complete-rows.ts).
+  'payment-insert': { lock: 1_606_002, query: /insert into payments|done as \(\s*update idempotency_keys/i },
+  // COMMIT: the statement of the transactional form, or the end of the completing statement (its implicit commit).
+  'commit': { lock: 1_606_003, query: /^\s*commit\s*$|done as \(\s*update idempotency_keys/i },
   'release': { lock: 1_606_004, query: /set status = 'released'/i },
 } as const
 export type HoldName = keyof typeof HOLDS

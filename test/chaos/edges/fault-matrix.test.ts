@@ -48,8 +48,16 @@ const RECOVERY_MS = 8_000
 const KEYS = 32
 /** The first DUPLICATES keys are sent twice at once: a client retrying while the first send is in flight. */
 const DUPLICATES = 4
-/** Backends faulted per held phase: at least this many are waiting before the test strikes (the pools hold 8). */
+/**
+ * Backends faulted per held phase: at least this many are waiting before the
+ * test strikes (the pools hold 8). Claims and completions are batched
+ * (core/batcher.ts: two statements in flight per pool, each carrying every
+ * request queued meanwhile), so there one held statement already stands for
+ * many requests, and faulting it fails them all at once.
+ */
 const FAULTED = 4
+const FAULTED_BATCHED = 1
+const faultedIn = (hold: HoldName) => (hold === 'release' ? FAULTED : FAULTED_BATCHED)
 /** A request not answered by then hangs: every fault here ends what it touched in milliseconds. */
 const ANSWER_TIMEOUT_MS = 15_000
 /** The burst makes each pool open connections within milliseconds; past this, none will come. */
@@ -162,8 +170,8 @@ function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
       },
       async land() {
         let waiting: Backend[] = []
-        await whileAlive(service, waitFor(async () => (waiting = await held!.waiting(service.pid)).length >= FAULTED,
-          () => `${FAULTED} service backends held in ${holdName} (${waiting.length} so far)`), `the ${holdName} hold`)
+        await whileAlive(service, waitFor(async () => (waiting = await held!.waiting(service.pid)).length >= faultedIn(holdName),
+          () => `${faultedIn(holdName)} service backends held in ${holdName} (${waiting.length} so far)`), `the ${holdName} hold`)
         // The fault lands on statements of this phase, caught while they run.
         for (const backend of waiting) expect({ pid: backend.pid, query: backend.query }).toEqual({ pid: backend.pid, query: expect.stringMatching(HOLDS[holdName].query) })
         const done = await fault(kind, waiting)

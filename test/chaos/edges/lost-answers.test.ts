@@ -136,7 +136,8 @@ test('the claim committed, its answer lost: an operator\'s force-expire is not r
 test('the COMMIT committed, its answer lost: the key is done, so the client is not sent away for the TTL, and an immediate retry replays', async () => {
   const key = `lost-commit-${crypto.randomUUID()}`
   const customer = `cus_${key}`
-  const trap = proxy.trap({ connection: isWorkPool, before: /^\s*commit\s*$/i, action: 'hold-reply' })
+  // The COMMIT of the transactional form, or the completing statement of the declarative one (it commits as it ends).
+  const trap = proxy.trap({ connection: isWorkPool, before: /^\s*commit\s*$|done as \(\s*update idempotency_keys/i, action: 'hold-reply' })
   const answer = send(service.url, key, payment({ customer }))
   const hit = await trap
   await hit.reply!.complete
