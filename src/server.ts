@@ -2,9 +2,11 @@ import { Elysia } from 'elysia'
 import type { Config } from './config'
 import { bearerTenant } from './http/auth'
 import { InFlight } from './http/in-flight'
-import { observed } from './http/observe'
+import { observed, routeLabeler } from './http/observe'
+import { requestLogger, withRequestIds } from './http/request-id'
+import { log as processLog, type Logger } from './log'
 import { problem, problemResponse } from './http/problem'
-import { countAnswer, idempotencyHooks, primeRoute, type Metrics } from './metrics/registry'
+import { countAnswer, idempotencyHooks, observePools, observeProvider, observeReadiness, primeRoute, type Metrics } from './metrics/registry'
 import { apiDocs, detail, DOCS_ROUTES, health, problemAnswer } from './api-docs'
 import type { ClusterMetrics } from './metrics/cluster'
 import { exposition } from './metrics/exposition'
@@ -34,6 +36,8 @@ export interface AppDependencies {
   readonly health?: DatabaseHealth
   /** Tests move the engine's clock with this. */
   readonly now?: () => Date | undefined
+  /** Where request, operator and error lines go (JSON lines). @default src/log.ts's logger (stdout) */
+  readonly log?: Logger
 }
 
 /** Routes that cannot answer without the database. */
@@ -50,19 +54,24 @@ export const ROUTE_LABELS: readonly string[] = [
 /** The payments service as an Elysia app, without a listening socket (tests call `app.handle`). */
 export function buildApp(deps: AppDependencies) {
   const { config, pools, metrics } = deps
+  const log = deps.log ?? processLog
   primeRoute(metrics, PAYMENTS_ROUTE)
+  metrics.ttl.set(config.ttlSeconds)
+  if (pools.usage) observePools(metrics, pools.usage)
+  observeReadiness(metrics, () => deps.health?.up ?? true)
   const tenant = bearerTenant(config.apiKeys)
-  const provider = deps.provider ?? providerFor(config)
+  const provider = deps.provider ?? providerFor(config, metrics)
   const admin: AdminOptions = {
     pools,
     adminToken: config.adminToken,
     ttlSeconds: config.ttlSeconds,
     retentionSeconds: config.retentionSeconds,
     metrics,
+    log,
     ...(deps.now ? { now: deps.now } : {}),
   }
   return new Elysia({ name: 'idempotent-post-service' })
-    .onError(({ code, error }) => {
+    .onError(({ code, error, request }) => {
       if (code === 'NOT_FOUND') return problemResponse(problem('not-found'))
       if (code === 'PARSE' || code === 'VALIDATION') return problemResponse(problem('invalid-request'))
       if (isUnavailable(error)) return problemResponse(problem('database-unavailable'))
@@ -70,7 +79,7 @@ export function buildApp(deps: AppDependencies) {
       if (status === 413) return problemResponse(problem('body-too-large', `The body must be at most ${config.maxBodyBytes} bytes.`))
       // Any other refusal Elysia raises (none is known today) is a bad request: one code, one status.
       if (status >= 400 && status < 500) return problemResponse(problem('bad-request'))
-      console.error('unhandled error:', error instanceof Error ? error.message : error)
+      requestLogger(request, {}, log).error('unhandled error', { error })
       return problemResponse(problem('internal'))
     })
     // Fail fast while the database is away, instead of queueing behind reconnects (store/health.ts).
@@ -95,7 +104,7 @@ export function buildApp(deps: AppDependencies) {
         return new Response(text, { headers: { 'content-type': metrics.registry.contentType } })
       } catch (error) {
         // Only the WORKERS>1 aggregation can fail; a gap beats a partial sum (see metrics/cluster.ts).
-        console.error('metrics:', error instanceof Error ? error.message : error)
+        log.error('metrics: the workers\' metrics could not be collected', { error })
         return problemResponse(problem('metrics-unavailable'))
       }
     }, {
@@ -117,6 +126,7 @@ export function buildApp(deps: AppDependencies) {
       retentionSeconds: config.retentionSeconds,
       maxBodyBytes: config.maxBodyBytes,
       hooks: idempotencyHooks(metrics),
+      log,
       ...(deps.inFlight ? { inFlight: deps.inFlight } : {}),
       ...(deps.owner ? { owner: deps.owner } : {}),
       ...(deps.now ? { now: deps.now } : {}),
@@ -130,10 +140,10 @@ export function buildApp(deps: AppDependencies) {
 
 export type App = ReturnType<typeof buildApp>
 
-function providerFor(config: Config): PaymentProvider {
+function providerFor(config: Config, metrics: Metrics): PaymentProvider {
   // main.ts starts the simulator and sets PAYMENT_PROVIDER_URL before any server runs.
   if (!config.providerUrl) throw new Error('PAYMENT_PROVIDER_URL is not set: no payment provider to call')
-  return providerClient(config.providerUrl)
+  return providerClient(config.providerUrl, { observe: observeProvider(metrics) })
 }
 
 /**
@@ -151,8 +161,18 @@ function withOrigin(request: Request, origin: string): Request {
   return new Request(new URL(request.url, origin), { method: request.method, headers, ...(hasBody ? { body: request.body, duplex: 'half' } : {}) } as RequestInit)
 }
 
+/**
+ * The app as the service answers: request ids (and the one line for a failure
+ * nobody logged) around the HTTP metrics around the app. serve() runs this;
+ * in-process tests call it instead of app.handle to get the same answers.
+ */
+export function serviceFetch(app: App, deps: AppDependencies): (request: Request) => Promise<Response> {
+  const counted = observed(ROUTE_LABELS, countAnswer(deps.metrics), (request) => app.handle(request))
+  return withRequestIds(counted, { routeOf: routeLabeler(ROUTE_LABELS), log: deps.log })
+}
+
 export function serve(app: App, deps: AppDependencies, options: { reusePort?: boolean } = {}) {
-  const handle = observed(ROUTE_LABELS, countAnswer(deps.metrics), (request) => app.handle(request))
+  const handle = serviceFetch(app, deps)
   // An HTTP/1.0 request may come without Host (legal there; HAProxy's default
   // health check is one): Bun then gives only the path as its URL, which no
   // URL parser takes. It is served with the address we listen on as its origin.
@@ -166,7 +186,7 @@ export function serve(app: App, deps: AppDependencies, options: { reusePort?: bo
     maxRequestBodySize: BUN_BODY_CAP_BYTES,
     fetch,
     error(error) {
-      console.error('server error:', error.message)
+      (deps.log ?? processLog).error('server error', { error })
       return problemResponse(problem('internal'))
     },
   })

@@ -10,7 +10,7 @@
  */
 import { loadConfig } from '../../src/config'
 import { createMetrics, type Metrics } from '../../src/metrics/registry'
-import { buildApp, serve, type App, type AppDependencies } from '../../src/server'
+import { buildApp, serve, serviceFetch, type App, type AppDependencies } from '../../src/server'
 import type { TestDatabase } from './db'
 import { ADMIN_TOKEN, API_KEYS, startProvider, type ProviderFaults, type ProviderHandle } from './server'
 
@@ -23,7 +23,7 @@ export interface InProcessService {
   readonly app: App
   readonly metrics: Metrics
   readonly provider: ProviderHandle
-  /** One request through `app.handle`: no socket, no process. */
+  /** One request through the service's fetch (serviceFetch: request ids, HTTP metrics, the app): no socket, no process. */
   handle(request: Request): Promise<Response>
   /** `fetch` for a path of this service, through `handle`. */
   fetch(path: string, init?: RequestInit): Promise<Response>
@@ -54,7 +54,8 @@ export async function startApp(db: TestDatabase, options: AppOptions = {}): Prom
   const deps: AppDependencies = { config, pools: db.pools, metrics: createMetrics() }
   const app = buildApp(deps)
   let server: ReturnType<typeof serve> | undefined
-  const handle = (request: Request) => app.handle(request)
+  // As serve() answers: request ids and the edge's log line around the HTTP metrics around the app.
+  const handle = serviceFetch(app, deps)
   return {
     url: IN_PROCESS_ORIGIN,
     app,
