@@ -12,6 +12,7 @@ import { buildApp, serve } from './server'
 import { startRetentionPurge } from './maintenance/retention-purge'
 import { openPools } from './store/db'
 import { DatabaseHealth } from './store/health'
+import type { Logger } from './log'
 
 /** How long a shutdown waits for in-flight requests before stopping them. */
 const DRAIN_TIMEOUT_MS = 10_000
@@ -21,7 +22,7 @@ const ABORTED_DRAIN_MS = 3_000
 const PARENT_POLL_MS = 500
 
 export interface RunOptions {
-  readonly log: (line: string) => void
+  readonly log: Logger
   /** Called with the port actually bound (PORT=0 picks one). */
   readonly onListening?: ((port: number) => void) | undefined
   /** Drain as on SIGTERM when the parent process goes away (WORKERS>1 workers). */
@@ -53,11 +54,11 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   // Operator commands apply the server's TTL and retention, never their shell's (core/settings.ts).
   await writeServerSettings(pools.short, config)
   // One heartbeat row for this process: how force-expire tells a live owner from a dead one.
-  const heartbeat = await startHeartbeat(pools.short, { log })
+  const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line) })
   const deps = { config, pools, metrics, gauges, inFlight, health, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
   const app = buildApp(deps)
   const server = serve(app, deps, { reusePort: config.workers > 1 })
-  log(`listening on ${server.hostname}:${server.port} (pid ${process.pid})`)
+  log.info(`listening on ${server.hostname}:${server.port} (pid ${process.pid})`, { host: server.hostname, port: server.port, ttl_seconds: config.ttlSeconds, workers: config.workers })
   const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: config.retentionSeconds, intervalMs: config.purgeIntervalMs, metrics, log })
   options.onListening?.(server.port ?? config.port)
 
@@ -78,24 +79,24 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   })
   clearInterval(parentWatch)
   // A second signal during the drain must not kill us half-way (with `stop`, main.ts's handlers stay to the end).
-  const ignore = () => log('already draining')
+  const ignore = () => log.info('already draining')
   if (!options.stop) process.on('SIGTERM', ignore).on('SIGINT', ignore)
-  log(`${signal}: draining ${inFlight.size} in-flight request(s)`)
+  log.info(`${signal}: draining ${inFlight.size} in-flight request(s)`, { signal, in_flight: inFlight.size })
   const stopped = server.stop(false)
   await purge.stop()
   const drained = await inFlight.drained(DRAIN_TIMEOUT_MS)
   if (!drained) {
     // Each stopped request releases its own key (http/idempotency.ts); a
     // completion already committing finishes first (it takes milliseconds).
-    log(`drain deadline passed: stopping ${inFlight.size} request(s) and releasing their keys`)
+    log.warn(`drain deadline passed: stopping ${inFlight.size} request(s) and releasing their keys`, { in_flight: inFlight.size })
     inFlight.abortAll(new ShuttingDownError())
     if (!(await inFlight.drained(ABORTED_DRAIN_MS))) {
-      for (const lease of inFlight.leases) await release(pools.short, lease).catch(() => undefined)
+      for (const lease of inFlight.leases) await release(pools.short, lease, 'shutdown').catch(() => undefined)
     }
   }
   await heartbeat.stop()
   await Promise.race([stopped, Bun.sleep(1_000)])
   await Promise.all([pools.close(), health.close()])
-  log('pools closed')
+  log.info('pools closed')
   return 0
 }
