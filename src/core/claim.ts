@@ -1,3 +1,4 @@
+import type postgres from 'postgres'
 import type { Claimant, ClaimResult, Lease, RequestIdentity, Sql, StoredResponse } from './types'
 import { isExpiredAge, isStaleAge } from './policy'
 import { reclaim, renewExpired, retakeReleased } from './reclaim'
@@ -15,6 +16,11 @@ interface ClaimRow {
   response_status: number | null
   response_headers: Record<string, string> | null
   response_body: string | null
+}
+
+/** What the route chose to keep of the request for operators (customer, amount), stored by a fresh claim. */
+export interface ClaimSummary {
+  readonly summary?: Readonly<Record<string, unknown>> | undefined
 }
 
 /**
@@ -49,15 +55,17 @@ const MAX_ROUNDS = 4
  * processing key (its worker is past its deadline), a released key (its last
  * execution failed), a completed key past its retention.
  */
-export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): Promise<ClaimResult> {
+export async function claim(sql: Sql, id: RequestIdentity & ClaimSummary, claimant: Claimant): Promise<ClaimResult> {
   const now = claimant.now ?? null
   const owner = claimant.owner ?? null
+  // The route's summary rides in the INSERT itself: no statement of its own (sql/00006).
+  const summary = id.summary === undefined ? null : sql.json(id.summary as postgres.JSONValue)
   for (let round = 0; round < MAX_ROUNDS; round++) {
     const [row] = await sql<ClaimRow[]>`
       with params as (select coalesce(${now}::timestamptz, now()) as now),
       inserted as (
-        insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, owner)
-        select ${id.tenant}, ${id.key}, ${id.method}, ${id.path}, ${id.fingerprint}, 'processing', now, now, ${owner}::uuid from params
+        insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, owner, summary)
+        select ${id.tenant}, ${id.key}, ${id.method}, ${id.path}, ${id.fingerprint}, 'processing', now, now, ${owner}::uuid, ${summary}::jsonb from params
          where not exists (select 1 from idempotency_keys where tenant = ${id.tenant} and key = ${id.key})
         on conflict (tenant, key) do nothing
         returning lease, attempts, request_id

@@ -1,5 +1,7 @@
 import { SQLSTATE, sqlState } from './errors'
 import { expired, stale } from './policy'
+import type postgres from 'postgres'
+import type { ClaimSummary } from './claim'
 import type { Claimant, Lease, RequestIdentity, Sql } from './types'
 
 /** 'busy': the row is locked right now (a completion or another take-over is committing). */
@@ -59,7 +61,7 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
          set status = 'processing', released_at = null, lease = nextval('idempotency_lease_seq'), locked_at = p.now, owner = ${claimant.owner ?? null}::uuid,
              ${sameRequest
                ? sql`attempts = k.attempts + 1`
-               : sql`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(), attempts = 1, created_at = p.now`}
+               : sql`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(), attempts = 1, created_at = p.now, summary = ${summaryOf(sql, id)}::jsonb`}
         from target, params p
        where k.tenant = target.tenant and k.key = target.key
       returning k.lease, k.attempts, k.request_id`
@@ -83,7 +85,7 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
            for update of k nowait
       )
       update idempotency_keys k
-         set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(),
+         set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(), summary = ${summaryOf(sql, id)}::jsonb,
              status = 'processing', lease = nextval('idempotency_lease_seq'), attempts = 1, owner = ${claimant.owner ?? null}::uuid,
              created_at = p.now, locked_at = p.now, completed_at = null,
              response_status = null, response_headers = null, response_body = null
@@ -92,6 +94,11 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
       returning k.lease, k.attempts, k.request_id`
     return row
   })
+}
+
+/** A new request under an old key gets its own summary (sql/00006), never the previous request's. */
+function summaryOf(sql: Sql, id: RequestIdentity & ClaimSummary) {
+  return id.summary === undefined ? null : sql.json(id.summary as postgres.JSONValue)
 }
 
 interface TakenRow { lease: string; attempts: number; request_id: string }

@@ -16,6 +16,9 @@ import { notify, type IdempotencyHooks, type Outcome } from './outcomes'
 import { detail, IdempotencyKey, idempotentOperation, type RouteDocs } from './operation'
 import { isProblemCode, problem, problemResponse, PROBLEM_CONTENT_TYPE, type Problem } from './problem'
 import type { InFlight } from './in-flight'
+import { problemInstance, requestIdOf, requestLogger } from './request-id'
+import { errorText, type Logger } from '../log'
+import type { ReleaseReason } from '../core/release'
 
 /** SPEC: Idempotency-Key is 1..255 printable ASCII characters without space; the OpenAPI document shows the same pattern. */
 const KEY_PATTERN = new RegExp(IdempotencyKey.pattern!)
@@ -61,6 +64,8 @@ export interface IdempotencyOptions {
   readonly owner?: () => string | undefined
   /** Tests move the clock with this instead of sleeping. @default the database's now() */
   readonly now?: () => Date | undefined
+  /** Where the line about each failed, deadline-hit or fenced request goes (with its request id). @default src/log.ts's logger */
+  readonly log?: Logger
 }
 
 /** What the recording step returns: stored and replayed byte for byte, 4xx included (a business refusal). */
@@ -108,6 +113,13 @@ export interface IdempotentRoute<Body, Result> {
    * `validate` is given, and is the request body of the OpenAPI document.
    */
   readonly body?: TSchema & { static: Body }
+  /**
+   * A few fields of the request an operator needs to look a stuck request up
+   * elsewhere (customer, amount), stored with the claim in the same INSERT (no
+   * extra round trip) and shown on the key's admin page. Client-chosen: keep
+   * it small (at most 1 KiB as JSON), it is shown escaped. @default none
+   */
+  readonly summary?: (body: Body) => Readonly<Record<string, string | number | boolean | null>>
   /** Checks the parsed JSON body (`text`: as sent); errors become a 400 and nothing is stored. @default checks `body` */
   readonly validate?: (body: unknown, text: string) => Validation<Body>
   /** What the OpenAPI document says of this route besides what the plugin knows: its own answers (the 201), summary, tags. */
@@ -160,12 +172,14 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const started = performance.now()
     const tenant = options.tenant(request)
     if (tenant === undefined) return problemResponse(problem('unauthorized'), { 'www-authenticate': 'Bearer' })
+    const key = request.headers.get('idempotency-key')
     const refuse = (answer: Problem, outcome: Outcome = 'invalid') => {
       count(outcome, started)
+      // Debug only: a refusal is the client's mistake, and hostile clients can send many (the key is escaped, log.ts).
+      requestLogger(request, { tenant, route: route.path, ...(key === null ? {} : { key }) }, options.log).debug(`refused: ${answer.code}`, { outcome, status: answer.status })
       return problemResponse(answer)
     }
 
-    const key = request.headers.get('idempotency-key')
     const body = await readJsonBody(request, maxBodyBytes)
     if (!body.ok) return refuse(body.problem)
     if (key === null) return refuse(problem('missing-idempotency-key'))
@@ -177,11 +191,12 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const path = requestPath(request)
     const identity = { tenant, key, method, path, fingerprint: fingerprint(method, path, body.value) }
 
+    const about: About = { request, tenant, key }
     let claimed: ClaimResult
     try {
-      claimed = await claim(pools.short, identity, { ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.() })
+      claimed = await claim(pools.short, { ...identity, summary: summaryOf(valid.value) }, { ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.() })
     } catch (error) {
-      return failure(error, started, undefined)
+      return failure(error, started, undefined, about)
     }
     switch (claimed.kind) {
       case 'replay':
@@ -196,11 +211,12 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       case 'created':
       case 'reclaimed':
         if (claimed.kind === 'reclaimed') notify('onReclaim', hooks.onReclaim, event)
-        return run(claimed.lease, claimed.kind, request, valid.value, started)
+        return run(claimed.lease, claimed.kind, about, valid.value, started)
     }
   }
 
-  async function run(lease: Lease, outcome: 'created' | 'reclaimed', request: Request, body: Body, started: number): Promise<Response> {
+  async function run(lease: Lease, outcome: 'created' | 'reclaimed', about: About, body: Body, started: number): Promise<Response> {
+    const { request } = about
     const deadline = deadlineSignal(budgetMs)
     const done = options.inFlight?.enter(lease, deadline.abort)
     try {
@@ -217,7 +233,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       // The completing phase: one short transaction, fenced by the lease.
       const stored = await complete(pools.work, lease, async (tx) => {
         const answer = await route.record({ body, tenant: lease.tenant, key: lease.key, result, tx })
-        const response = toStored(answer)
+        const response = toStored(answer, requestIdOf(request))
         if (answer.status >= 500) throw new FailedResult(response)
         return response
       }, { now: options.now?.() })
@@ -227,30 +243,50 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       if (error instanceof LeaseLostError) {
         notify('onLeaseLost', hooks.onLeaseLost, event)
         count('lease_lost', started)
+        logOf(about).warn('lease lost: the key was reclaimed or force-expired while this request ran; its writes were rolled back', { outcome: 'lease_lost', attempt: lease.attempts })
         return problemResponse(problem('lease-lost'))
       }
-      const released = await releaseQuietly(lease)
-      if (released) notify('onRelease', hooks.onRelease, event)
-      return failure(error, started, released)
+      const reason = releaseReason(error)
+      if (reason === 'deadline') notify('onDeadline', hooks.onDeadline, event)
+      const released = await releaseQuietly(lease, reason)
+      if (released) notify('onRelease', hooks.onRelease, { ...event, reason })
+      return failure(error, started, released, about, lease)
     } finally {
       deadline.clear()
       done?.()
     }
   }
 
-  async function releaseQuietly(lease: Lease): Promise<boolean> {
+  async function releaseQuietly(lease: Lease, reason: ReleaseReason): Promise<boolean> {
     let timer: ReturnType<typeof setTimeout> | undefined
     const timeout = new Promise<false>((resolve) => { timer = setTimeout(() => resolve(false), RELEASE_TIMEOUT_MS) })
     try {
-      return await Promise.race([release(pools.short, lease).catch(() => false), timeout])
+      return await Promise.race([release(pools.short, lease, reason).catch(() => false), timeout])
     } finally {
       clearTimeout(timer)
     }
   }
 
+  /** The request's logger: its id, tenant, route and key on every line. */
+  function logOf(about: About): Logger {
+    return requestLogger(about.request, { tenant: about.tenant, route: route.path, key: about.key }, options.log)
+  }
+
+  function summaryOf(body: Body): Readonly<Record<string, unknown>> | undefined {
+    if (!route.summary) return undefined
+    try {
+      const summary = route.summary(body)
+      // Bounded: it rides in every claim's INSERT.
+      return JSON.stringify(summary).length <= MAX_SUMMARY_CHARS ? summary : undefined
+    } catch {
+      return undefined
+    }
+  }
+
   /** `released`: undefined when nothing was claimed, else whether the key was given back. */
-  function failure(error: unknown, started: number, released: boolean | undefined): Response {
+  function failure(error: unknown, started: number, released: boolean | undefined, about: About, lease?: Lease): Response {
     count('failed', started)
+    report(error, released, about, lease)
     const after = released === false
       ? `the idempotency key could not be released now; it can be retried after ${ttlSeconds} s`
       : released ? 'the idempotency key was released, so a retry runs again' : 'retry with the same Idempotency-Key'
@@ -268,8 +304,24 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const code = error instanceof IdempotencyError ? error.code.toLowerCase().replaceAll('_', '-') : ''
     if (error instanceof IdempotencyError && error.status >= 500 && isProblemCode(code))
       return problemResponse(problem(code, `${error.message}; ${after}.`))
-    console.error(`idempotent ${route.path}: processing failed:`, error instanceof Error ? error.message : error)
     return problemResponse(problem('internal', `Processing failed; ${after}.`))
+  }
+
+  /** The one line about a failed request: what failed, and what became of its key. */
+  function report(error: unknown, released: boolean | undefined, about: About, lease: Lease | undefined): void {
+    const fields = {
+      outcome: 'failed',
+      ...(lease ? { attempt: lease.attempts } : {}),
+      key_state: released === undefined ? 'claim failed' : released ? 'released' : 'not released (reclaimable after the TTL)',
+      error,
+    }
+    const logger = logOf(about)
+    if (error instanceof FailedResult) logger.warn(`the handler answered ${error.response.status}`, fields)
+    else if (error instanceof DeadlineExceededError) logger.warn(`deadline: processing ran into its deadline (${error.budgetMs} ms) and was stopped; a foreign call in flight may still complete (the provider may have charged)`, { ...fields, outcome: 'deadline' })
+    else if (error instanceof ShuttingDownError) logger.warn('stopped by the shutdown before it finished', fields)
+    else if (isUnavailable(error) || sqlState(error) === SQLSTATE.QUERY_CANCELED) logger.warn(`database unavailable: ${errorText(error)}`, fields)
+    else if (error instanceof IdempotencyError && error.status >= 500) logger.warn(`${error.code.toLowerCase()}: ${error.message}`, fields)
+    else logger.error(`processing failed: ${errorText(error)}`, fields)
   }
 
   return new Elysia({ name: 'idempotent-post', seed: route.path })
@@ -288,13 +340,40 @@ function schemaValidator<Body>(schema: (TSchema & { static: Body }) | undefined)
     : { ok: false, errors: [...check.Errors(body)].slice(0, 10).map((error) => `${error.path || '/'}: ${error.message}`) }
 }
 
-function toStored(result: HandlerResult): StoredResponse {
+/**
+ * A stored problem carries its first request's `instance`, so its replays
+ * are that answer byte for byte (the edge adds `instance` only where none is).
+ */
+function toStored(result: HandlerResult, requestId: string): StoredResponse {
   const isProblem = result.status >= 400
+  const body = isProblem && isPlainObject(result.body) && !('instance' in result.body)
+    ? { ...result.body, instance: problemInstance(requestId) }
+    : result.body
   return {
     status: result.status,
     headers: { 'content-type': isProblem ? PROBLEM_CONTENT_TYPE : 'application/json', ...result.headers },
-    body: JSON.stringify(result.body),
+    body: JSON.stringify(body),
   }
+}
+
+const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value)
+
+/** What a request is, for its log lines. */
+interface About {
+  readonly request: Request
+  readonly tenant: string
+  readonly key: string
+}
+
+/** 1 KiB of JSON: a customer id and an amount take ~60 bytes; a route that wants more is storing the body. */
+const MAX_SUMMARY_CHARS = 1024
+
+/** Why a failed execution gives its key back (stored with the release; the admin lists the deadline ones). */
+function releaseReason(error: unknown): ReleaseReason {
+  if (error instanceof DeadlineExceededError) return 'deadline'
+  if (error instanceof ShuttingDownError) return 'shutdown'
+  return 'failed'
 }
 
 /**
