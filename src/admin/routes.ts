@@ -14,6 +14,8 @@ import { Elysia } from 'elysia'
 import { isUnavailable } from '../core/errors'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
 import { problem, problemResponse, PROBLEMS } from '../http/problem'
+import { requestLogger } from '../http/request-id'
+import { errorText, type Logger } from '../log'
 import type { Metrics } from '../metrics/registry'
 import { operations, OperationInputError } from '../operations'
 import type { Pools } from '../store/db'
@@ -35,6 +37,8 @@ export interface AdminOptions {
   readonly metrics?: Metrics
   /** Tests move the clock with this. @default the database's now() */
   readonly now?: () => Date | undefined
+  /** Where operator actions and admin failures are logged. @default src/log.ts's logger */
+  readonly log?: Logger | undefined
 }
 
 /** The admin as an app of its own; `adminRoutes` mounts it. Tests may call `.handle()` on it directly. */
@@ -47,7 +51,7 @@ export function adminApp(options: AdminOptions) {
     purgedKeys: options.metrics?.purgedKeys,
   })
   const keys = new SessionKeys(options.adminToken)
-  const deps = { ops, keys }
+  const deps = { ops, keys, log: options.log }
 
   return new Elysia({ name: 'admin-app' })
     .use(html({ autoDetect: false }))
@@ -57,6 +61,7 @@ export function adminApp(options: AdminOptions) {
       const cause = code === 'PARSE' && error instanceof Error && error.cause !== undefined ? error.cause : error
       const isApi = path === '/admin/api' || path.startsWith('/admin/api/')
       const refusal = classify(code, cause)
+      if (refusal === 'internal') requestLogger(request, {}, options.log).error(`admin: ${errorText(cause)}`, { error: cause, route: isApi ? '/admin/api' : '/admin' })
       if (isApi) {
         if (refusal === 'unauthorized' || !keys.hasBearer(request))
           return problemResponse(problem('unauthorized', 'Send Authorization: Bearer <ADMIN_TOKEN>.'), { 'www-authenticate': 'Bearer realm="admin"', 'cache-control': 'no-store' })
@@ -91,7 +96,6 @@ function classify(code: unknown, error: unknown): Refusal {
   if (error instanceof BadBodyError || code === 'PARSE') return 'bad-body'
   if (error instanceof OperationInputError || code === 'VALIDATION') return 'invalid'
   if (isUnavailable(error)) return 'unavailable'
-  console.error('admin:', error instanceof Error ? error.message : error)
   return 'internal'
 }
 
