@@ -33,7 +33,7 @@ export interface AppDependencies {
   /** This process's heartbeat id, the owner of the keys it claims. */
   readonly owner?: () => string | undefined
   /** When given, requests that need the database are answered 503 at once while it is known to be away. */
-  readonly health?: DatabaseHealth
+  readonly health?: Pick<DatabaseHealth, 'up'>
   /** Tests move the engine's clock with this. */
   readonly now?: () => Date | undefined
   /** Where request, operator and error lines go (JSON lines). @default src/log.ts's logger (stdout) */

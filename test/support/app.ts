@@ -12,6 +12,7 @@ import { loadConfig } from '../../src/config'
 import { createMetrics, type Metrics } from '../../src/metrics/registry'
 import { buildApp, serve, serviceFetch, type App, type AppDependencies } from '../../src/server'
 import type { TestDatabase } from './db'
+import type { Logger } from '../../src/log'
 import { ADMIN_TOKEN, API_KEYS, startProvider, type ProviderFaults, type ProviderHandle } from './server'
 
 /** The origin of requests sent with `handle`: any will do, nothing listens there. */
@@ -43,6 +44,10 @@ export interface AppOptions {
   /** Charge through this provider (stopped by its owner); else one is started with `faults`, and stopped with the app. */
   readonly provider?: ProviderHandle
   readonly faults?: ProviderFaults
+  /** Where the app's lines go (tests collect them). @default the process logger (stdout) */
+  readonly log?: Logger
+  /** The database gate (store/health.ts); `{ up: false }` answers 503 at once as while the database is away. */
+  readonly health?: AppDependencies['health']
 }
 
 export async function startApp(db: TestDatabase, options: AppOptions = {}): Promise<InProcessService> {
@@ -51,7 +56,10 @@ export async function startApp(db: TestDatabase, options: AppOptions = {}): Prom
     API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test', HOST: '127.0.0.1', PORT: '0', TEST_ALLOW_PORT_0: '1',
     DATABASE_URL: db.url, PAYMENT_PROVIDER_URL: provider.url, ...options.env,
   })
-  const deps: AppDependencies = { config, pools: db.pools, metrics: createMetrics() }
+  const deps: AppDependencies = {
+    config, pools: db.pools, metrics: createMetrics(),
+    ...(options.log ? { log: options.log } : {}), ...(options.health ? { health: options.health } : {}),
+  }
   const app = buildApp(deps)
   let server: ReturnType<typeof serve> | undefined
   // As serve() answers: request ids and the edge's log line around the HTTP metrics around the app.
