@@ -12,7 +12,7 @@
  * them. What has started is stopped in reverse order, and the exit is 0.
  */
 import type { Config } from './config'
-import { errorText, log } from './log'
+import { createLogger, errorText, log } from './log'
 
 const stop = new AbortController()
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
@@ -25,6 +25,13 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
 /** Set by the supervisor in its workers' environment, to its own pid. */
 const WORKER_ENV = 'IDEMPOTENT_POST_WORKER'
 
+/**
+ * A start that fails (bad configuration, nothing to serve) says so on stderr,
+ * where an orchestrator and a person at the terminal look first; a JSON line
+ * still, with the process's pid.
+ */
+const fatal = createLogger({ base: { pid: process.pid }, sink: (line) => { process.stderr.write(`${line}\n`) } })
+
 /** For the modules that take a line printer (the embedded PostgreSQL's start): their lines as info lines. */
 const info = (line: string): void => log.info(line)
 
@@ -35,7 +42,7 @@ async function main(): Promise<number> {
     config = loadConfig()
   } catch (error) {
     if (error instanceof ConfigError) {
-      log.error(`configuration error: ${error.message}`, { variable: error.variable })
+      fatal.error(`configuration error: ${error.message}`, { variable: error.variable })
       return 2
     }
     throw error
@@ -207,7 +214,7 @@ main().then(
     process.exit(code)
   },
   (error: unknown) => {
-    log.error(`failed to start: ${errorText(error)}`, { error })
+    fatal.error(`failed to start: ${errorText(error)}`, { error })
     process.exit(1)
   },
 )

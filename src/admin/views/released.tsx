@@ -39,7 +39,7 @@ export function ReleasedPage(props: ReleasedPageProps): JSX.Element {
       <h2 safe>{TITLES[reason]}</h2>
       <div class="counts" id="released-counts">
         {(['deadline', 'shutdown', 'failed'] as const).map((each) => (
-          <div class={each === reason ? 'count alert' : 'count'}><b>{counts[each]}</b><a href={escapeHtml(releasedHref(each, { tenant: props.tenant }))} safe>{each}</a></div>
+          <div class={each === reason ? 'count alert' : 'count'}><b>{counts[each]}</b><a href={escapeHtml(releasedHref(each, { tenant: props.tenant }))}>{each}</a></div>
         ))}
         <div class="count"><b>{counts.operator}</b><span>force-expired</span></div>
       </div>
