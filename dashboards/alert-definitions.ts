@@ -4,8 +4,8 @@
  * alert carries: its runbook section in docs/operators.md and the admin page.
  */
 import { DEFAULT_METRICS_CACHE_MS, DEFAULT_TTL_SECONDS } from '../src/config'
-import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, staleKeys, targetsDown } from './queries'
-import type { BuildSettings } from './settings'
+import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, notReady, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown } from './queries'
+import { runbookUrl, type BuildSettings } from './settings'
 
 /**
  * 30 s, for the Prometheus rule group (its `interval:` overrides the global
@@ -73,6 +73,64 @@ export function staleKeyDetection(ttlSeconds = DEFAULT_TTL_SECONDS): DetectionTi
  */
 export const CONFLICT_RATIO_THRESHOLD = 0.1
 
+/**
+ * 30 s, for the two outage alerts (5xx ratio, readiness): two evaluations in
+ * a row, so a database restart or a fail-over of a few seconds does not page,
+ * while a real outage pages within 2 minutes of its start (outageDetection).
+ */
+export const OUTAGE_FOR_SECONDS = 30
+/**
+ * 0.05: one API answer in twenty a 5xx, over a minute. A healthy service
+ * answers 5xx only for provider refusals (a fraction of a per cent); an outage
+ * of the database or the provider makes it most of them at once.
+ */
+export const SERVER_ERRORS_THRESHOLD = 0.05
+/**
+ * A stopped database is noticed by the health probe (store/health.ts) within
+ * 0.5 s when it refuses connections, and within 3 s when it hangs (two slow
+ * probes of 1 s, 0.5 s apart); /readyz and idempotency_ready then say so.
+ */
+export const HEALTH_NOTICE_SECONDS = 3
+/** The promise the outage alerts keep: paged within 2 minutes of the outage's start. */
+export const OUTAGE_PAGE_WITHIN_SECONDS = 120
+
+export interface OutageDetection {
+  readonly noticeSeconds: number
+  readonly scrapeSeconds: number
+  readonly evaluationSeconds: number
+  readonly forSeconds: number
+  readonly groupWaitSeconds: number
+  readonly firingSeconds: number
+  readonly notifiedSeconds: number
+}
+
+/**
+ * The longest from a database outage's start to the page, each term at its
+ * worst: the probe notices; the next scrape reads idempotency_ready 0 (it is
+ * read at each scrape, never cached); the next evaluation; `for`; the
+ * group_wait of Alertmanager or Grafana. The 5xx alert takes as long once
+ * requests fail: they fail within a few seconds of the outage (SPEC).
+ */
+export function outageDetection(): OutageDetection {
+  const terms = {
+    noticeSeconds: HEALTH_NOTICE_SECONDS,
+    scrapeSeconds: ASSUMED_SCRAPE_INTERVAL_SECONDS,
+    evaluationSeconds: EVALUATION_INTERVAL_SECONDS,
+    forSeconds: OUTAGE_FOR_SECONDS,
+    groupWaitSeconds: ASSUMED_GROUP_WAIT_SECONDS,
+  }
+  const firingSeconds = terms.noticeSeconds + terms.scrapeSeconds + terms.evaluationSeconds + terms.forSeconds
+  return { ...terms, firingSeconds, notifiedSeconds: firingSeconds + terms.groupWaitSeconds }
+}
+
+/** How each alerting system writes the alert's value and the server's TTL in a template. */
+export interface Dialect {
+  /** `$value` (Prometheus), `$values.B.Value` (Grafana). */
+  readonly value: string
+  /** The TTL in seconds, from idempotency_ttl_seconds (a query in Prometheus, query T in Grafana). */
+  readonly ttl: string
+}
+
 export interface AlertDefinition {
   readonly uid: string
   /** Also the heading of its runbook section in docs/operators.md. */
@@ -89,7 +147,10 @@ export interface AlertDefinition {
   readonly adminPath: string
   /** `value` is the template expression of the alert's value: `$value` (Prometheus), `$values.B.Value` (Grafana). */
   readonly summary: (value: string) => string
-  readonly description: (value: string) => string
+  /** `ttl`: a template that prints the server's TTL in seconds (Dialect.ttl). */
+  readonly description: (value: string, ttl: string) => string
+  /** Its text names the TTL: Grafana then also queries idempotency_ttl_seconds (query T). */
+  readonly usesTtl?: boolean
   /** Grafana, when the query returns no series. @default 'OK' (no series: the target-down alert's business) */
   readonly noData?: 'OK' | 'Alerting'
 }
@@ -99,18 +160,18 @@ export function comparison(expr: string, threshold: number): string {
   return `${/\b(or|and|unless)\b/.test(expr) ? `(${expr})` : expr} > ${threshold}`
 }
 
-/** The runbook anchor: GitHub's slug of the section heading, which is the alert's name. */
+/** The runbook anchor in docs/operators.md: GitHub's slug of the section heading, which is the alert's name. */
 export function runbookAnchor(alertName: string): string {
   return alertName.toLowerCase()
 }
 
 /** What every alert says and links to, in either system's template dialect. */
-export function alertAnnotations(alert: AlertDefinition, settings: BuildSettings, value: string): Record<string, string> {
-  const runbook = `${settings.runbookBaseUrl}#${runbookAnchor(alert.name)}`
+export function alertAnnotations(alert: AlertDefinition, settings: BuildSettings, dialect: Dialect): Record<string, string> {
+  const runbook = runbookUrl(settings, alert.name)
   const admin = `${settings.adminUrl}${alert.adminPath}`
   return {
-    summary: alert.summary(value),
-    description: `${alert.description(value)}\nAdmin page: ${admin}\nRunbook: ${runbook}`,
+    summary: alert.summary(dialect.value),
+    description: `${alert.description(dialect.value, dialect.ttl)}\nAdmin page: ${admin}\nRunbook: ${runbook}`,
     runbook_url: runbook,
     admin_url: admin,
   }
@@ -130,7 +191,8 @@ export const ALERTS: readonly AlertDefinition[] = [
     // Tenant names are letters, digits, _ . - (config.ts): safe in a query string as they are.
     adminPath: `/admin?tenant=${TENANT}&stale=1`,
     summary: (v) => `Tenant ${TENANT}: {{ ${v} }} idempotency key(s) stuck in processing`,
-    description: (v) => `{{ ${v} }} key(s) of tenant ${TENANT} have been in processing for longer than the TTL (${DEFAULT_TTL_SECONDS} s by default), and no retry has reclaimed them: their worker most likely died mid-request, and their clients do not know whether the payment went through. Open the admin page filtered on this tenant's stale keys, open each key, and force-expire it; the page refuses if a worker still holds it.`,
+    usesTtl: true,
+    description: (v, ttl) => `{{ ${v} }} key(s) of tenant ${TENANT} have been in processing for longer than the TTL (${ttl}), and no retry has reclaimed them: their worker most likely died mid-request, and their clients do not know whether the payment went through. Open the admin page filtered on this tenant's stale keys, open each key, and force-expire it; the page refuses if a worker still holds it.`,
   },
   {
     uid: 'idem-conflict-ratio',
@@ -186,5 +248,29 @@ export const ALERTS: readonly AlertDefinition[] = [
     noData: 'Alerting',
     summary: () => 'Prometheus cannot scrape {{ with $labels.instance }}{{ . }}{{ else }}any target{{ end }} of job {{ $labels.job }}',
     description: (v) => `{{ with $labels.instance }}Target {{ . }} has failed every scrape{{ else }}Job {{ $labels.job }} has had no scrape target at all{{ end }} for 2 minutes (value {{ ${v} }}): the service is down, hung or unreachable from Prometheus, and every other alert is blind for it.`,
+  },
+  {
+    uid: 'idem-server-errors',
+    name: 'IdempotencyServerErrorsHigh',
+    expr: serverErrorRatio(SERVER_ERRORS_WINDOW),
+    threshold: SERVER_ERRORS_THRESHOLD,
+    for: `${OUTAGE_FOR_SECONDS}s`,
+    severity: 'page',
+    panel: PANELS.serverErrors,
+    adminPath: '/admin',
+    summary: (v) => `{{ ${v} | humanizePercentage }} of API answers are 5xx`,
+    description: (v) => `For ${OUTAGE_FOR_SECONDS} s, {{ ${v} | humanizePercentage }} of the answers on /api/... have been 5xx (threshold ${SERVER_ERRORS_THRESHOLD * 100}%, over ${SERVER_ERRORS_WINDOW}, at least ${SERVER_ERRORS_MIN} of them): payments are failing. 503 means the database is away (see IdempotencyNotReady), 502 the payment provider, 504 requests running into their deadline. The service's log has one line per failed request, with its request id.`,
+  },
+  {
+    uid: 'idem-not-ready',
+    name: 'IdempotencyNotReady',
+    expr: notReady(''),
+    threshold: 0,
+    for: `${OUTAGE_FOR_SECONDS}s`,
+    severity: 'page',
+    panel: PANELS.ready,
+    adminPath: '/admin',
+    summary: () => '{{ $labels.instance }} cannot reach its database',
+    description: (v) => `For ${OUTAGE_FOR_SECONDS} s, {{ $labels.instance }} has not reached PostgreSQL (value {{ ${v} }}: idempotency_ready is 0, GET /readyz answers 503): every payment request there is answered 503 at once, and /metrics shows the database gauges' last values. The process itself is up (its target is scraped).`,
   },
 ]

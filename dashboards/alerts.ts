@@ -2,7 +2,8 @@ import * as alerting from '@grafana/grafana-foundation-sdk/alerting'
 import type * as dashboard from '@grafana/grafana-foundation-sdk/dashboard'
 import * as expr from '@grafana/grafana-foundation-sdk/expr'
 import * as prometheus from '@grafana/grafana-foundation-sdk/prometheus'
-import { ALERTS, EVALUATION_INTERVAL_SECONDS, alertAnnotations, comparison, type AlertDefinition } from './alert-definitions'
+import { ALERTS, EVALUATION_INTERVAL_SECONDS, alertAnnotations, comparison, type AlertDefinition, type Dialect } from './alert-definitions'
+import { TTL } from './queries'
 import { buildDashboard, panelId } from './dashboard'
 import { DEFAULT_SETTINGS, type BuildSettings } from './settings'
 
@@ -18,9 +19,22 @@ export const RULE_FOLDER = 'Idempotency'
 const EXPRESSION_UID = '__expr__'
 /** The reduce step: Grafana templates read the alert's value as `$values.B.Value`. */
 const REDUCED = 'B'
+/** The TTL query of an alert whose text names the TTL: `$values.T.Value`. */
+const TTL_QUERY = 'T'
+
+/**
+ * Prometheus templates may query: the TTL is read from the servers when the
+ * alert fires (an empty answer, no server scraped, names the setting instead).
+ */
+export const PROMETHEUS_DIALECT: Dialect = {
+  value: '$value',
+  ttl: `{{ with query "${TTL}" }}{{ . | first | value }} s{{ else }}IDEMPOTENCY_TTL_SECONDS{{ end }}`,
+}
+/** Grafana templates cannot query: the rule carries the TTL as an instant query of its own (T). */
+export const GRAFANA_DIALECT: Dialect = { value: `$values.${REDUCED}.Value`, ttl: `{{ $values.${TTL_QUERY}.Value }} s` }
 
 function grafanaRule(alert: AlertDefinition, settings: BuildSettings, board: dashboard.Dashboard): alerting.RuleBuilder {
-  return new alerting.RuleBuilder(alert.name)
+  const rule = new alerting.RuleBuilder(alert.name)
     .uid(alert.uid)
     .ruleGroup(RULE_GROUP)
     .folderUID(RULE_FOLDER)
@@ -32,7 +46,7 @@ function grafanaRule(alert: AlertDefinition, settings: BuildSettings, board: das
     .execErrState('Error')
     .labels({ severity: alert.severity })
     .annotations({
-      ...alertAnnotations(alert, settings, `$values.${REDUCED}.Value`),
+      ...alertAnnotations(alert, settings, GRAFANA_DIALECT),
       // Grafana links the alert to its panel ("View panel", the panel's heart).
       __dashboardUid__: board.uid!,
       __panelId__: String(panelId(board, alert.panel)),
@@ -48,6 +62,11 @@ function grafanaRule(alert: AlertDefinition, settings: BuildSettings, board: das
       .datasourceUid(EXPRESSION_UID)
       .model(new expr.TypeThresholdBuilder().refId('C').expression(REDUCED)
         .conditions([{ evaluator: { type: 'gt', params: [alert.threshold] } }])))
+  if (!alert.usesTtl) return rule
+  return rule.withQuery(new alerting.QueryBuilder(TTL_QUERY)
+    .datasourceUid(PROMETHEUS_UID)
+    .relativeTimeRange({ from: 600, to: 0 })
+    .model(new prometheus.DataqueryBuilder().refId(TTL_QUERY).expr(TTL).instant()))
 }
 
 export function buildGrafanaRuleGroup(settings: BuildSettings = DEFAULT_SETTINGS, board: dashboard.Dashboard = buildDashboard()): alerting.RuleGroup {
@@ -105,7 +124,7 @@ export function prometheusRules(settings: BuildSettings = DEFAULT_SETTINGS) {
         expr: comparison(alert.expr, alert.threshold),
         for: alert.for,
         labels: { severity: alert.severity },
-        annotations: alertAnnotations(alert, settings, '$value'),
+        annotations: alertAnnotations(alert, settings, PROMETHEUS_DIALECT),
       })),
     }],
   }

@@ -1,12 +1,15 @@
 /**
- * `npm run dashboards [-- <folder>]`: writes the dashboard JSON, the Grafana
- * alert provisioning file and the Prometheus rule file beside this script, or
- * into <folder>. The alerts' links come from ADMIN_URL and RUNBOOK_BASE_URL
- * (settings.ts); the committed files use the defaults, and
+ * `npm run dashboards [-- [--admin-url <url>] [<folder>]]`: writes the
+ * dashboard JSON, the Grafana alert provisioning file and the Prometheus rule
+ * file beside this script, or into <folder>. Every link (the admin page, the
+ * runbooks the service serves, the dashboard's links) derives from the
+ * service's external URL: `--admin-url`, else ADMIN_URL, else the local
+ * default (settings.ts). The committed files use the default, and
  * test/dashboards/generated.test.ts fails when one of them is stale.
  */
 import { basename, join } from 'node:path'
 import { mkdirSync } from 'node:fs'
+import { parseArgs } from 'node:util'
 import { buildDashboard } from './dashboard'
 import { grafanaProvisioning, prometheusRules } from './alerts'
 import { DEFAULT_SETTINGS, SettingsError, settingsFromEnv, type BuildSettings } from './settings'
@@ -21,7 +24,7 @@ export const OUTPUTS = {
 
 /** The text of every generated file, by path (OUTPUTS, or the same names under `folder`). */
 export function renderAll(settings: BuildSettings = DEFAULT_SETTINGS, folder?: string): Record<string, string> {
-  const dashboard = buildDashboard()
+  const dashboard = buildDashboard(settings)
   const at = (path: string) => (folder ? join(folder, basename(path)) : path)
   return {
     [at(OUTPUTS.dashboard)]: `${JSON.stringify(dashboard, null, 2)}\n`,
@@ -30,18 +33,25 @@ export function renderAll(settings: BuildSettings = DEFAULT_SETTINGS, folder?: s
   }
 }
 
+/** The command line: `--admin-url <url>` and an optional output folder. */
+export function parseBuildArgs(argv: string[], env: Record<string, string | undefined> = process.env): { settings: BuildSettings; folder: string | undefined } {
+  const { values, positionals } = parseArgs({ args: argv, options: { 'admin-url': { type: 'string' } }, allowPositionals: true, strict: true })
+  if (positionals.length > 1) throw new SettingsError('the command line', `takes one output folder, got ${positionals.length}`)
+  return { settings: settingsFromEnv(env, { adminUrl: values['admin-url'] }), folder: positionals[0] }
+}
+
 if (import.meta.main) {
-  let settings: BuildSettings
+  let parsed: ReturnType<typeof parseBuildArgs>
   try {
-    settings = settingsFromEnv()
+    parsed = parseBuildArgs(process.argv.slice(2))
   } catch (error) {
-    if (!(error instanceof SettingsError)) throw error
+    if (!(error instanceof SettingsError) && !(error instanceof TypeError)) throw error
     console.error(`npm run dashboards: ${error.message}`)
     process.exit(2)
   }
-  const folder = process.argv[2]
+  const { settings, folder } = parsed
   if (folder) mkdirSync(folder, { recursive: true })
-  console.log(`alert links: admin page ${settings.adminUrl}/admin, runbook ${settings.runbookBaseUrl}`)
+  console.log(`links: admin page ${settings.adminUrl}/admin, runbooks ${settings.adminUrl}/admin/runbooks/<alert>`)
   for (const [path, text] of Object.entries(renderAll(settings, folder))) {
     await Bun.write(path, text)
     console.log(`wrote ${path}`)

@@ -40,9 +40,21 @@ export const PANELS = {
   conflictRatio: '409 per 2xx on /api/payments',
   staleByTenant: 'Stale processing keys by tenant',
   duplicatesByTenant: 'Duplicate entities by tenant',
-  gaugeRefresh: 'Gauge refresh',
+  gaugeRefresh: 'Gauge queries failing',
   targetsUp: 'Scrape targets up',
+  serverErrors: '5xx share of API answers',
+  ready: 'Database reachable (readiness)',
 } as const
+
+/** The TTL the servers run with (the same on every instance: max). Thresholds and alert texts read it. */
+export const TTL = 'max(idempotency_ttl_seconds)'
+
+/** The API routes (the payments API), whose 5xx share pages: not /metrics, /readyz or the admin. */
+const API = 'route=~"/api/.*"'
+/** The 5xx ratio's window: a minute holds 4 scrapes at 15 s, enough for rate() to be steady. */
+export const SERVER_ERRORS_WINDOW = '1m'
+/** Fewer 5xx than this in the window never page, whatever the share: one failed payment at night is no outage. */
+export const SERVER_ERRORS_MIN = 3
 
 /** `{filter}`, or nothing for the alerts, which read every job and instance. */
 function matchers(filter: string): string {
@@ -67,6 +79,22 @@ export function conflictRatio(filter: string, window: string): string {
  */
 export function targetsDown(job: string): string {
   return `(1 - up{job="${job}"}) or absent(up{job="${job}"})`
+}
+
+/**
+ * The share of API answers that are 5xx, over `window`, when at least
+ * SERVER_ERRORS_MIN of them are (`and on()` keeps the ratio's value).
+ */
+export function serverErrorRatio(window: string, filter = ''): string {
+  const f = filter ? `${filter}, ` : ''
+  const errors = `http_requests_total{${f}${API}, status=~"5.."}`
+  return `sum(rate(${errors}[${window}])) / sum(rate(http_requests_total{${f}${API}}[${window}]))`
+    + ` and on() sum(increase(${errors}[${window}])) >= ${SERVER_ERRORS_MIN}`
+}
+
+/** 1 per instance that does not reach its database (idempotency_ready 0), 0 for one that does. */
+export function notReady(filter: string): string {
+  return `max by (instance) (1 - idempotency_ready${matchers(filter)})`
 }
 
 export function latencyQuantile(quantile: number, filter: string): string {

@@ -31,6 +31,13 @@ alter table idempotency_keys add column release_reason text
 alter table idempotency_keys add column summary jsonb
   check (summary is null or (jsonb_typeof(summary) = 'object' and length(summary::text) <= 1024));
 
+-- The released keys by reason, newest first (the admin's "released after
+-- their deadline" list, and the counts). Only a release writes a reason and
+-- only a retake clears it; a completion touches neither column, so it stays
+-- a HOT update.
+create index idempotency_keys_released
+  on idempotency_keys (release_reason, released_at desc, tenant, key) where release_reason is not null;
+
 -- The keys in processing, by deadline: in-flight and stranded requests only
 -- (a few hundred, however many completed keys wait for their retention). A row
 -- exists exactly while its key is processing, under that key's stale_at; the

@@ -43,6 +43,7 @@ const SUMMARIES: Readonly<Record<string, string>> = {
   'post /admin/api/keys/expire': 'Force-expire one processing key, under the lease you saw',
   'post /admin/api/keys/expire-stale': 'Force-expire every stale processing key',
   'post /admin/api/purge': 'Delete completed and released keys past their retention',
+  'get /admin/api/released': 'Keys released for one reason (default: after their deadline, the provider may have charged), with their downstream keys',
 }
 
 /**

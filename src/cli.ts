@@ -7,10 +7,15 @@
  * retention as the server recorded them, never its own shell's, and reads
  * DATABASE_URL with the server's own parser (config.ts).
  *
- * Exit codes: 0 done; 1 refused or failed (a live worker holds the key, the
- * key changed, the operator answered no, the database failed); 2 usage (bad
- * arguments, DATABASE_URL unset, no actor, a destructive command without
- * --yes where nobody can be asked).
+ * Every destructive command (expire, expire-stale, purge) shows what it would
+ * do and asks, unless given --yes; --dry-run shows it and changes nothing.
+ * Each action writes one JSON log line to stderr (src/log.ts), as the server
+ * does for the page and the JSON API; its audit entry is the record.
+ *
+ * Exit codes: 0 done (or, with --dry-run, shown); 1 refused or failed (a live
+ * worker holds the key, the key changed, the operator answered no, the
+ * database failed); 2 usage (bad arguments, DATABASE_URL unset, no actor, a
+ * destructive command without --yes where nobody can be asked).
  */
 import { userInfo } from 'node:os'
 import { createInterface } from 'node:readline/promises'
@@ -18,12 +23,13 @@ import { Command, CommanderError, InvalidArgumentError } from 'commander'
 import { ConfigError, loadDatabaseConfig } from './config'
 import { readServerSettings, type ServerSettings } from './core/settings'
 import type { Sql } from './core/types'
-import { OperationInputError, operations, parseAuditFilters, parseKeyFilters, type Operations } from './operations'
+import { OperationInputError, operations, parseAuditFilters, parseKeyFilters, parseReleaseReason, type Operations } from './operations'
 import { formatAge, formatTime } from './operations/format'
 import * as json from './operations/json'
 import { MAX_PAGE_SIZE } from './operations/list'
 import { ownerText, previewText } from './operations/describe'
 import { openPools } from './store/db'
+import { createLogger } from './log'
 
 export const EXIT = { ok: 0, refused: 1, usage: 2 } as const
 
@@ -147,7 +153,9 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
     const pools = openPools(databaseUrl, { applicationName: 'idempotent-post:cli', shortMax: 2, workMax: 1, pgbouncer })
     try {
       const settings = await serverSettings(pools.short, io)
-      return await work(operations({ sql: pools.short, ttlSeconds: settings.ttlSeconds, retentionSeconds: settings.retentionSeconds }))
+      // Action lines on stderr: stdout is the command's own output (tables, --json), for a person or a pipe.
+      const log = createLogger({ sink: (line) => io.err(`${line}\n`), base: { component: 'cli' } })
+      return await work(operations({ sql: pools.short, ttlSeconds: settings.ttlSeconds, retentionSeconds: settings.retentionSeconds, log }))
     } finally {
       await pools.close(5)
     }
@@ -230,7 +238,8 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
         ['deadline', time(detail.deadline)],
         ['owner', ownerText(detail)],
         ['completed', time(detail.completedAt)],
-        ['released', time(detail.releasedAt)],
+        ['released', `${time(detail.releasedAt)}${detail.releaseReason ? ` (${detail.releaseReason})` : ''}`],
+        ['summary', detail.summary ? JSON.stringify(detail.summary) : '-'],
         ['replayed until', time(detail.retentionEndsAt)],
         ['request id', detail.requestId],
         ['downstream key', detail.downstreamKey],
@@ -240,23 +249,53 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
       print(previewText(detail))
     }))
 
+  program.command('released')
+    .description('keys released after a failed execution, newest first; by default those released after their deadline, whose provider call may have charged (ask the provider with the downstream key)')
+    .option('--reason <reason>', 'deadline (default), failed or shutdown')
+    .option('--tenant <tenant>', 'only this tenant')
+    .option('--limit <n>', `how many (at most ${MAX_PAGE_SIZE})`, positiveInt, 50)
+    .option('--cursor <cursor>', 'the next page: the cursor a previous run printed')
+    .option('--json', 'print JSON, as GET /admin/api/released answers')
+    .action((options: { reason?: string; tenant?: string; limit: number; cursor?: string; json?: boolean }) => withOperations(async (ops) => {
+      if (options.limit > MAX_PAGE_SIZE) throw new UsageError(`--limit is at most ${MAX_PAGE_SIZE}`)
+      const reason = parseReleaseReason(options.reason)
+      const tenant = options.tenant?.trim() || undefined
+      const [page, counts] = await Promise.all([ops.listReleased({ reason, tenant }, { cursor: options.cursor, limit: options.limit }), ops.countReleased(tenant)])
+      if (options.json) return printJson(json.releasedPageJson(page, counts))
+      if (page.keys.length === 0) print(`no key released with reason ${reason}`)
+      else table([
+        ['RELEASED (UTC)', 'TENANT', 'KEY', 'ATTEMPTS', 'SUMMARY', 'DOWNSTREAM KEY'],
+        ...page.keys.map((key) => [formatTime(key.releasedAt), key.tenant, key.key, String(key.attempts), key.summary ? JSON.stringify(key.summary) : '-', key.downstreamKey]),
+      ])
+      if (page.nextCursor) print(`more: add --cursor ${page.nextCursor}`)
+    }))
+
   program.command('expire')
-    .description('force-expire one processing key (refused while a live worker holds it within its deadline)')
+    .description('force-expire one processing key (refused while a live worker holds it within its deadline); asks first unless --yes')
     .argument('<tenant>', 'the key\'s tenant')
     .argument('<key>', 'the idempotency key')
     .option('--lease <lease>', 'act only if the key still has this lease (as listed); default: its current lease', lease)
+    .option('--yes', 'do it without asking (needed when not run in a terminal)')
+    .option('--dry-run', 'show what it would do, change nothing')
     .option('--actor <name>', 'who you are, for the audit trail (default: your OS user)')
-    .option('--json', 'print JSON, as POST /admin/api/keys/expire answers')
-    .action((tenant: string, key: string, options: { lease?: string; actor?: string; json?: boolean }) => {
-      const actor = resolveActor(options.actor, io)
+    .option('--json', 'print JSON, as POST /admin/api/keys/expire answers (with --dry-run: the key, as GET /admin/api/keys/{tenant}/{key})')
+    .action((tenant: string, key: string, options: { lease?: string; yes?: boolean; dryRun?: boolean; actor?: string; json?: boolean }) => {
+      const actor = options.dryRun ? undefined : resolveActor(options.actor, io)
       return withOperations(async (ops) => {
-        let seen = options.lease
-        if (seen === undefined) {
-          const detail = await ops.show(tenant, key)
-          if (!detail || detail.status !== 'processing') throw new RefusedError(`no key ${JSON.stringify(key)} of tenant ${JSON.stringify(tenant)} is in processing; nothing done`)
-          seen = detail.lease
+        const detail = await ops.show(tenant, key)
+        if (!detail || detail.status !== 'processing') throw new RefusedError(`no key ${JSON.stringify(key)} of tenant ${JSON.stringify(tenant)} is in processing; nothing done`)
+        const seen = options.lease ?? detail.lease
+        const what = [
+          `tenant ${detail.tenant}, key ${detail.key}, ${detail.method} ${detail.path}, lease ${seen}${seen === detail.lease ? '' : ` (its current lease is ${detail.lease}: it would be left alone)`}`,
+          `in processing for ${formatAge(detail.ageSeconds)}, attempts ${detail.attempts}; owner: ${ownerText(detail)}`,
+          previewText(detail),
+        ].map(printable).join('\n')
+        if (options.dryRun) {
+          if (options.json) return printJson({ dry_run: true, key: json.keyDetailJson(detail) })
+          return print(`dry run, nothing done:\n${what}`)
         }
-        const result = await ops.forceExpire({ tenant, key, lease: seen }, actor)
+        await confirmed(options.yes, what)
+        const result = await ops.forceExpire({ tenant, key, lease: seen }, actor!)
         if (options.json) printJson(json.forceExpireJson(result, seen))
         else print({
           expired: `expired: the key was released (lease ${seen}); the next retry runs the request again, with the same downstream key`,
@@ -271,21 +310,27 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
     .description('force-expire every stale processing key; keys whose completion is committing are skipped and listed')
     .option('--tenant <tenant>', 'only this tenant')
     .option('--yes', 'do it without asking (needed when not run in a terminal)')
+    .option('--dry-run', 'show which keys it would expire, change nothing')
     .option('--actor <name>', 'who you are, for the audit trail (default: your OS user)')
-    .option('--json', 'print JSON, as POST /admin/api/keys/expire-stale answers')
-    .action((options: { tenant?: string; yes?: boolean; actor?: string; json?: boolean }) => {
-      const actor = resolveActor(options.actor, io)
+    .option('--json', 'print JSON, as POST /admin/api/keys/expire-stale answers (with --dry-run: the preview)')
+    .action((options: { tenant?: string; yes?: boolean; dryRun?: boolean; actor?: string; json?: boolean }) => {
+      const actor = options.dryRun ? undefined : resolveActor(options.actor, io)
       return withOperations(async (ops) => {
         const tenant = parseKeyFilters({ tenant: options.tenant }).tenant
         const preview = await ops.previewExpireStale(tenant)
         const keys = preview.keys.map((key) => `  ${key.tenant} ${key.key} (${formatAge(key.ageSeconds)}, attempts ${key.attempts})`)
-        await confirmed(options.yes, [
+        const what = [
           `${preview.stale} key(s) in processing${tenant ? ` of tenant ${tenant}` : ''} are older than the server's TTL (${preview.ttlSeconds}s) at ${formatTime(preview.asOf)}:`,
           ...keys.map(printable),
           ...(preview.stale > keys.length ? [`  and ${preview.stale - keys.length} more`] : []),
-          'Each is released: its client\'s next retry runs the request again, with the same downstream key.',
-        ].join('\n'))
-        const result = await ops.expireStale({ asOf: preview.asOf, tenant }, actor)
+          'Expiring releases each one: its client\'s next retry runs the request again, with the same downstream key.',
+        ].join('\n')
+        if (options.dryRun) {
+          if (options.json) return printJson({ dry_run: true, ...json.expireStalePreviewJson(preview) })
+          return print(`dry run, nothing done:\n${what}`)
+        }
+        await confirmed(options.yes, what)
+        const result = await ops.expireStale({ asOf: preview.asOf, tenant }, actor!)
         if (options.json) return printJson(json.expireStaleJson(result))
         print(`expired ${result.expired} stale key(s); ${result.workerAlive} skipped because their completion was committing`)
         for (const key of result.aliveKeys) print(printable(`  skipped: ${key.tenant} ${key.key}`))
@@ -295,17 +340,23 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
   program.command('purge')
     .description('delete keys past the server\'s retention now (the server also does this every minute)')
     .option('--yes', 'do it without asking (needed when not run in a terminal)')
+    .option('--dry-run', 'show how many keys it would delete, change nothing')
     .option('--actor <name>', 'who you are, for the audit trail (default: your OS user)')
-    .option('--json', 'print JSON, as POST /admin/api/purge answers')
-    .action((options: { yes?: boolean; actor?: string; json?: boolean }) => {
-      const actor = resolveActor(options.actor, io)
+    .option('--json', 'print JSON, as POST /admin/api/purge answers (with --dry-run: the preview)')
+    .action((options: { yes?: boolean; dryRun?: boolean; actor?: string; json?: boolean }) => {
+      const actor = options.dryRun ? undefined : resolveActor(options.actor, io)
       return withOperations(async (ops) => {
         const preview = await ops.previewPurge()
-        await confirmed(options.yes, [
+        const what = [
           `${preview.done} completed and ${preview.released} released key(s) are past the server's retention (${preview.retentionSeconds}s) at ${formatTime(preview.asOf)}.`,
-          'They are deleted. None of them is replayed any more: a retry with one of them is already a new request.',
-        ].join('\n'))
-        const result = await ops.purge(actor)
+          'A purge would delete them. None of them is replayed any more: a retry with one of them is already a new request.',
+        ].join('\n')
+        if (options.dryRun) {
+          if (options.json) return printJson({ dry_run: true, ...json.purgePreviewJson(preview) })
+          return print(`dry run, nothing done:\n${what}`)
+        }
+        await confirmed(options.yes, what)
+        const result = await ops.purge(actor!)
         if (options.json) printJson(json.purgeJson(result))
         else print(`purged ${result.purged} expired key(s)`)
       })

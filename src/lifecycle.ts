@@ -13,6 +13,7 @@ import { installLastResort } from './last-resort'
 import { startRetentionPurge } from './maintenance/retention-purge'
 import { openPools } from './store/db'
 import { DatabaseHealth } from './store/health'
+import type { Logger } from './log'
 
 /** How long a shutdown waits for in-flight requests before stopping them. */
 const DRAIN_TIMEOUT_MS = 10_000
@@ -22,7 +23,7 @@ const ABORTED_DRAIN_MS = 3_000
 const PARENT_POLL_MS = 500
 
 export interface RunOptions {
-  readonly log: (line: string) => void
+  readonly log: Logger
   /** Called with the port actually bound (PORT=0 picks one). */
   readonly onListening?: ((port: number) => void) | undefined
   /** Drain as on SIGTERM when the parent process goes away (WORKERS>1 workers). */
@@ -56,13 +57,14 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   await writeServerSettings(pools.short, config)
   // One heartbeat row for this process: how force-expire tells a live owner from a dead one.
   // It lists the leases this process works on (per-request liveness, core/processes.ts).
-  const heartbeat = await startHeartbeat(pools.short, { log, leases: () => inFlight.leaseIds() })
+  const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds() })
   const deps = { config, pools, metrics, gauges, inFlight, health, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
   const app = buildApp(deps)
   const server = serve(app, deps, { reusePort: config.workers > 1 })
   // METRICS_PORT: /metrics on a listener of its own (and not on PORT), e.g. one only the monitoring network reaches.
   const metricsServer = config.metricsPort !== undefined ? serve(app, deps, { reusePort: config.workers > 1, listener: 'metrics' }) : undefined
-  log(`listening on ${server.hostname}:${server.port} (pid ${process.pid})${metricsServer ? `, metrics on ${metricsServer.hostname}:${metricsServer.port}` : ''}`)
+  log.info(`listening on ${server.hostname}:${server.port} (pid ${process.pid})${metricsServer ? `, metrics on ${metricsServer.hostname}:${metricsServer.port}` : ''}`,
+    { host: server.hostname, port: server.port, ttl_seconds: config.ttlSeconds, workers: config.workers })
   const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: config.retentionSeconds, intervalMs: config.purgeIntervalMs, metrics, log })
   options.onListening?.(server.port ?? config.port)
 
@@ -83,29 +85,29 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   })
   clearInterval(parentWatch)
   // A second signal during the drain must not kill us half-way (with `stop`, main.ts's handlers stay to the end).
-  const ignore = () => log('already draining')
+  const ignore = () => log.info('already draining')
   if (!options.stop) process.on('SIGTERM', ignore).on('SIGINT', ignore)
   // From here no new claim starts (503, nothing stored); every request
   // accepted so far is counted, claimed or not, and waited for.
   inFlight.drain()
-  log(`${signal}: draining ${inFlight.size} in-flight request(s)`)
+  log.info(`${signal}: draining ${inFlight.size} in-flight request(s)`, { signal, in_flight: inFlight.size })
   const stopped = Promise.all([server.stop(false), metricsServer?.stop(false)])
   await purge.stop()
   const drained = await inFlight.drained(DRAIN_TIMEOUT_MS)
   if (!drained) {
     // Each stopped request releases its own key (http/idempotency.ts); a
     // completion already committing finishes first (it takes milliseconds).
-    log(`drain deadline passed: stopping ${inFlight.size} request(s) and releasing their keys`)
+    log.warn(`drain deadline passed: stopping ${inFlight.size} request(s) and releasing their keys`, { in_flight: inFlight.size })
     inFlight.abortAll(new ShuttingDownError())
     if (!(await inFlight.drained(ABORTED_DRAIN_MS))) {
-      for (const lease of inFlight.leases) await release(pools.short, lease).catch(() => undefined)
+      for (const lease of inFlight.leases) await release(pools.short, lease, 'shutdown').catch(() => undefined)
     }
   }
   // Answers written, then the heartbeat and the pools go, after the last handler returned.
   await Promise.race([stopped, Bun.sleep(1_000)])
   await heartbeat.stop()
   await Promise.all([pools.close(), health.close()])
-  log('pools closed')
+  log.info('pools closed')
   removeLastResort()
   return 0
 }

@@ -14,11 +14,12 @@
 import type { Config } from './config'
 // Before anything imports the database driver (bunfig.toml preloads it too, when run from the checkout).
 import './store/driver-fixes'
+import { createLogger, errorText, log } from './log'
 
 const stop = new AbortController()
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.on(signal, () => {
-    if (stop.signal.aborted) log(`${signal}: already stopping`)
+    if (stop.signal.aborted) log.info(`${signal}: already stopping`, { signal })
     else stop.abort(signal)
   })
 }
@@ -29,9 +30,15 @@ const WORKER_ENV = 'IDEMPOTENT_POST_WORKER'
 /** Loaded with the config (store/masked-url.ts), before anything is printed. */
 let maskedUrl: (url: string) => string = () => '(not shown)'
 
-function log(line: string): void {
-  console.log(`[${new Date().toISOString()}] ${line}`)
-}
+/**
+ * A start that fails (bad configuration, nothing to serve) says so on stderr,
+ * where an orchestrator and a person at the terminal look first; a JSON line
+ * still, with the process's pid.
+ */
+const fatal = createLogger({ base: { pid: process.pid }, sink: (line) => { process.stderr.write(`${line}\n`) } })
+
+/** For the modules that take a line printer (the embedded PostgreSQL's start): their lines as info lines. */
+const info = (line: string): void => log.info(line)
 
 async function main(): Promise<number> {
   const { ConfigError, DEFAULT_EMBEDDED_DIR, loadConfig } = await import('./config')
@@ -41,7 +48,7 @@ async function main(): Promise<number> {
     config = loadConfig()
   } catch (error) {
     if (error instanceof ConfigError) {
-      console.error(`configuration error: ${error.message}`)
+      fatal.error(`configuration error: ${error.message}`, { variable: error.variable })
       return 2
     }
     throw error
@@ -52,7 +59,7 @@ async function main(): Promise<number> {
   /** Whether a signal came during the start; if so, say so (the caller then returns 0). */
   const stopped = (): boolean => {
     if (!stop.signal.aborted) return false
-    log(`${String(stop.signal.reason)} during start-up: stopping`)
+    log.info(`${String(stop.signal.reason)} during start-up: stopping`, { signal: String(stop.signal.reason) })
     return true
   }
   // What has started, stopped last-in first-out: the simulator after the service drained, the database last.
@@ -65,24 +72,24 @@ async function main(): Promise<number> {
     if (!databaseUrl) {
       const { startEmbedded } = await import('./store/embedded')
       // An EMBEDDED_PG_DIR set by the operator is used as given; the default may move (see startEmbedded).
-      const embedded = await startEmbedded({ dir: config.embeddedDir, port: config.embeddedPort, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR, log })
+      const embedded = await startEmbedded({ dir: config.embeddedDir, port: config.embeddedPort, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR, log: info })
       teardown.push(async () => {
         await embedded.stop()
-        log('embedded PostgreSQL stopped')
+        log.info('embedded PostgreSQL stopped')
       })
       databaseUrl = embedded.url
-      log(`embedded PostgreSQL ready (data in ${embedded.dir}, port ${config.embeddedPort})`)
+      log.info(`embedded PostgreSQL ready (data in ${embedded.dir}, port ${config.embeddedPort})`)
       if (stopped()) return 0
     }
     if (!isWorker && config.databasePgbouncer) {
       // No migrations through PgBouncer (store/migrate.ts checkSchema says why).
       const { checkSchema } = await import('./store/migrate')
-      log(`schema at migration ${await checkSchema(databaseUrl, { prepare: false })} (checked; DATABASE_PGBOUNCER=1 does not migrate)`)
+      log.info(`schema at migration ${await checkSchema(databaseUrl, { prepare: false })} (checked; DATABASE_PGBOUNCER=1 does not migrate)`)
       if (stopped()) return 0
     } else if (!isWorker) {
       const { migrate } = await import('./store/migrate')
       const { applied, version } = await migrate(databaseUrl)
-      log(`schema at migration ${version}${applied ? ` (${applied} applied)` : ''}`)
+      log.info(`schema at migration ${version}${applied ? ` (${applied} applied)` : ''}`, { migration: version, applied })
       if (stopped()) return 0
     }
     // Never in a worker: its supervisor passes the URL of the one simulator.
@@ -123,13 +130,13 @@ async function main(): Promise<number> {
     // signal sent to our group in the instant before it leaves it, and fail:
     // when a stop was asked for, that failure is the stop, and a clean one.
     if (!serving && stop.signal.aborted) {
-      log(`${String(stop.signal.reason)} during start-up: stopping (${error instanceof Error ? error.message : String(error)})`)
+      log.info(`${String(stop.signal.reason)} during start-up: stopping (${errorText(error)})`, { signal: String(stop.signal.reason) })
       return 0
     }
     throw error
   } finally {
     for (const step of teardown.reverse()) {
-      await step().catch((error: unknown) => console.error('stop failed:', error instanceof Error ? error.message : error))
+      await step().catch((error: unknown) => log.error(`stop failed: ${errorText(error)}`, { error }))
     }
   }
 }
@@ -157,7 +164,7 @@ async function startSimulator(config: Config): Promise<{ url: string; stop(): Pr
     rmSync(join(records, name), { force: true })
   }
   if (orphans.length > 0) {
-    log(`stopping ${orphans.length} provider simulator(s) left running by a killed service (pid ${orphans.join(', ')})`)
+    log.warn(`stopping ${orphans.length} provider simulator(s) left running by a killed service (pid ${orphans.join(', ')})`)
     const signal = (pid: number, name: NodeJS.Signals) => { try { process.kill(pid, name) } catch { /* gone */ } }
     for (const pid of orphans) signal(pid, 'SIGTERM')
     for (const deadline = Date.now() + STOP_GRACE_MS; orphans.some(alive) && Date.now() < deadline;) await Bun.sleep(50)
@@ -172,7 +179,7 @@ async function startSimulator(config: Config): Promise<{ url: string; stop(): Pr
     async stop() {
       const code = await simulator.stop()
       rmSync(record, { force: true })
-      log(`provider simulator stopped${code === 0 ? '' : ` (exit ${code})`}`)
+      log.info(`provider simulator stopped${code === 0 ? '' : ` (exit ${code})`}`)
     },
   }
 }
@@ -203,13 +210,17 @@ function banner(config: Config, databaseUrl: string, simulated: boolean): void {
     `database       ${maskedUrl(databaseUrl)}`,
     `provider       ${config.providerUrl}${simulated ? ' (simulator; set PAYMENT_PROVIDER_URL for a real one)' : ''}`,
   ]
-  console.log(lines.join('\n'))
+  // For a person at a terminal, so plain text: the only lines of ours that are not JSON.
+  process.stdout.write(`${lines.join('\n')}\n`)
 }
 
 main().then(
-  (code) => process.exit(code),
+  (code) => {
+    log.info('stopped', { exit_code: code })
+    process.exit(code)
+  },
   (error: unknown) => {
-    console.error('failed to start:', error instanceof Error ? error.message : error)
+    fatal.error(`failed to start: ${errorText(error)}`, { error })
     process.exit(1)
   },
 )

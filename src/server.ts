@@ -2,9 +2,11 @@ import { Elysia } from 'elysia'
 import type { Config } from './config'
 import { bearerTenant } from './http/auth'
 import { InFlight } from './http/in-flight'
-import { observed } from './http/observe'
+import { observed, routeLabeler } from './http/observe'
+import { requestLogger, withRequestIds } from './http/request-id'
+import { log as processLog, type Logger } from './log'
 import { problem, problemResponse } from './http/problem'
-import { countAnswer, idempotencyHooks, primeRoute, type Metrics } from './metrics/registry'
+import { countAnswer, idempotencyHooks, observePools, observeProvider, observeReadiness, primeRoute, type Metrics } from './metrics/registry'
 import { apiDocs, detail, DOCS_ROUTES, health, problemAnswer } from './api-docs'
 import type { ClusterMetrics } from './metrics/cluster'
 import { exposition } from './metrics/exposition'
@@ -36,11 +38,13 @@ export interface AppDependencies {
   /** This process's heartbeat id, the owner of the keys it claims. */
   readonly owner?: () => string | undefined
   /** When given, requests that need the database are answered 503 at once while it is known to be away. */
-  readonly health?: DatabaseHealth
+  readonly health?: Pick<DatabaseHealth, 'up'>
   /** Tests move the engine's clock with this. */
   readonly now?: () => Date | undefined
   /** The per-tenant limits of /api (http/rate-limit.ts). @default from config, one per process */
   readonly limits?: TenantLimits
+  /** Where request, operator and error lines go (JSON lines). @default src/log.ts's logger (stdout) */
+  readonly log?: Logger
 }
 
 /** Routes that cannot answer without the database. */
@@ -57,9 +61,13 @@ export const ROUTE_LABELS: readonly string[] = [
 /** The payments service as an Elysia app, without a listening socket (tests call `app.handle`). */
 export function buildApp(deps: AppDependencies) {
   const { config, pools, metrics } = deps
+  const log = deps.log ?? processLog
   primeRoute(metrics, PAYMENTS_ROUTE)
+  metrics.ttl.set(config.ttlSeconds)
+  if (pools.usage) observePools(metrics, pools.usage)
+  observeReadiness(metrics, () => deps.health?.up ?? true)
   const tenant = bearerTenant(config.apiKeys)
-  const provider = deps.provider ?? providerFor(config)
+  const provider = deps.provider ?? providerFor(config, metrics)
   const admin: AdminOptions = {
     pools,
     operators: config.operators,
@@ -67,10 +75,11 @@ export function buildApp(deps: AppDependencies) {
     ttlSeconds: config.ttlSeconds,
     retentionSeconds: config.retentionSeconds,
     metrics,
+    log,
     ...(deps.now ? { now: deps.now } : {}),
   }
   return new Elysia({ name: 'idempotent-post-service' })
-    .onError(({ code, error }) => {
+    .onError(({ code, error, request }) => {
       if (code === 'NOT_FOUND') return problemResponse(problem('not-found'))
       if (code === 'PARSE' || code === 'VALIDATION') return problemResponse(problem('invalid-request'))
       if (isUnavailable(error)) return problemResponse(problem('database-unavailable'))
@@ -78,7 +87,7 @@ export function buildApp(deps: AppDependencies) {
       if (status === 413) return problemResponse(problem('body-too-large', `The body must be at most ${config.maxBodyBytes} bytes.`))
       // Any other refusal Elysia raises (none is known today) is a bad request: one code, one status.
       if (status >= 400 && status < 500) return problemResponse(problem('bad-request'))
-      console.error('unhandled error:', error instanceof Error ? error.message : error)
+      requestLogger(request, {}, log).error('unhandled error', { error })
       return problemResponse(problem('internal'))
     })
     // Fail fast while the database is away, instead of queueing behind reconnects (store/health.ts).
@@ -104,7 +113,7 @@ export function buildApp(deps: AppDependencies) {
         return new Response(text, { headers: { 'content-type': metrics.registry.contentType } })
       } catch (error) {
         // Only the WORKERS>1 aggregation can fail; a gap beats a partial sum (see metrics/cluster.ts).
-        console.error('metrics:', error instanceof Error ? error.message : error)
+        log.error('metrics: the workers\' metrics could not be collected', { error })
         return problemResponse(problem('metrics-unavailable'))
       }
     }, {
@@ -126,6 +135,7 @@ export function buildApp(deps: AppDependencies) {
       retentionSeconds: config.retentionSeconds,
       maxBodyBytes: config.maxBodyBytes,
       hooks: idempotencyHooks(metrics),
+      log,
       ...(deps.inFlight ? { inFlight: deps.inFlight } : {}),
       ...(deps.owner ? { owner: deps.owner } : {}),
       ...(deps.now ? { now: deps.now } : {}),
@@ -139,10 +149,10 @@ export function buildApp(deps: AppDependencies) {
 
 export type App = ReturnType<typeof buildApp>
 
-function providerFor(config: Config): PaymentProvider {
+function providerFor(config: Config, metrics: Metrics): PaymentProvider {
   // main.ts starts the simulator and sets PAYMENT_PROVIDER_URL before any server runs.
   if (!config.providerUrl) throw new Error('PAYMENT_PROVIDER_URL is not set: no payment provider to call')
-  return providerClient(config.providerUrl)
+  return providerClient(config.providerUrl, { observe: observeProvider(metrics) })
 }
 
 /**
@@ -166,30 +176,43 @@ export interface ServeOptions {
   readonly listener?: 'main' | 'metrics'
 }
 
-export function serve(app: App, deps: AppDependencies, options: ServeOptions = {}) {
-  const { config } = deps
-  const listener = options.listener ?? 'main'
-  // Host allow-list, /metrics placement and token, tenant limits, nosniff and HSTS (http/edge.ts).
+/**
+ * The app as the service answers: request ids (and the one line for a failure
+ * nobody logged) around the HTTP metrics, around the edge guard (host
+ * allow-list, /metrics placement and token, tenant limits, nosniff and HSTS:
+ * http/edge.ts), around the app. serve() runs this; in-process tests call it
+ * instead of app.handle to get the same answers. Every request is counted in
+ * flight from its acceptance until answered, as the app sees it (the plugin
+ * counts the same object once): a shutdown closes the pools only after the
+ * last one (lifecycle.ts).
+ */
+export function serviceFetch(app: App, deps: AppDependencies, listener: 'main' | 'metrics' = 'main'): (request: Request) => Promise<Response> {
+  const { config, inFlight } = deps
+  const handled = inFlight
+    ? async (request: Request) => {
+      const done = inFlight.track(request)
+      try {
+        return await app.handle(request)
+      } finally {
+        done()
+      }
+    }
+    : (request: Request) => app.handle(request)
   const guarded = edgeGuard({
     allowedHosts: config.allowedHosts,
     metricsToken: config.metricsToken,
     listener,
     metricsElsewhere: config.metricsPort !== undefined,
     limits: { limits: deps.limits ?? new TenantLimits({ rate: config.tenantRateLimit, burst: config.tenantRateBurst, maxInFlight: config.tenantMaxInFlight }), tenantOf: bearerTenant(config.apiKeys) },
-  }, (request) => app.handle(request))
-  const answer = observed(ROUTE_LABELS, countAnswer(deps.metrics), guarded)
-  // Every request is counted from its acceptance until answered: a shutdown
-  // closes the pools only after the last one (lifecycle.ts).
-  const handle = deps.inFlight
-    ? async (request: Request) => {
-      const done = deps.inFlight!.track(request)
-      try {
-        return await answer(request)
-      } finally {
-        done()
-      }
-    }
-    : answer
+  }, handled)
+  const counted = observed(ROUTE_LABELS, countAnswer(deps.metrics), guarded)
+  return withRequestIds(counted, { routeOf: routeLabeler(ROUTE_LABELS), log: deps.log })
+}
+
+export function serve(app: App, deps: AppDependencies, options: ServeOptions = {}) {
+  const { config } = deps
+  const listener = options.listener ?? 'main'
+  const handle = serviceFetch(app, deps, listener)
   // An HTTP/1.0 request may come without Host (legal there; HAProxy's default
   // health check is one): Bun then gives only the path as its URL, which no
   // URL parser takes. It is served with the address we listen on as its origin.
@@ -208,7 +231,7 @@ export function serve(app: App, deps: AppDependencies, options: ServeOptions = {
     maxRequestBodySize: BUN_BODY_CAP_BYTES,
     fetch,
     error(error) {
-      console.error('server error:', error.message)
+      (deps.log ?? processLog).error('server error', { error })
       return secured(problemResponse(problem('internal')), false)
     },
   })

@@ -15,6 +15,7 @@
  */
 import type { Subprocess } from 'bun'
 import { MetricsHub } from './metrics/cluster'
+import type { Logger } from './log'
 
 /** 5 crashes a minute: far above an occasional crash, low enough to give up on a loop within seconds. */
 const MAX_RESTARTS = 5
@@ -25,7 +26,7 @@ const RESTART_DELAY_MS = 250
 export interface SuperviseOptions {
   readonly count: number
   readonly env: Record<string, string | undefined>
-  readonly log: (line: string) => void
+  readonly log: Logger
   /** Aborted (reason: the signal's name) when this process is told to stop; main.ts listens from its first line. */
   readonly stop: AbortSignal
 }
@@ -62,19 +63,19 @@ export async function superviseWorkers({ count, env, log, stop }: SuperviseOptio
       while (restarts.length > 0 && restarts[0]! < now - RESTART_WINDOW_MS) restarts.shift()
       if (restarts.length < MAX_RESTARTS) {
         restarts.push(now)
-        log(`worker ${worker.pid} exited on its own (${how}); restarting it`)
+        log.error(`worker ${worker.pid} exited on its own (${how}); restarting it`, { worker_pid: worker.pid, exit: String(how) })
         start()
         return
       }
-      log(`worker ${worker.pid} exited (${how}); ${MAX_RESTARTS} restarts within ${RESTART_WINDOW_MS / 1000} s: stopping all`)
+      log.error(`worker ${worker.pid} exited (${how}); ${MAX_RESTARTS} restarts within ${RESTART_WINDOW_MS / 1000} s: stopping all`, { worker_pid: worker.pid, exit: String(how) })
       failed = true
       stopping = 'SIGTERM'
       stopAll('SIGTERM')
     } else if (!stoppedAsTold(code, worker.signalCode)) {
-      log(`worker ${worker.pid} failed while stopping (${how})`)
+      log.error(`worker ${worker.pid} failed while stopping (${how})`, { worker_pid: worker.pid, exit: String(how) })
       failed = true
     } else if (worker.signalCode !== null) {
-      log(`worker ${worker.pid} stopped by ${worker.signalCode} while booting`)
+      log.info(`worker ${worker.pid} stopped by ${worker.signalCode} while booting`, { worker_pid: worker.pid })
     }
     if (workers.size === 0) settle()
   }
@@ -91,21 +92,21 @@ export async function superviseWorkers({ count, env, log, stop }: SuperviseOptio
   }
 
   for (let i = 0; i < count; i++) start()
-  log(`started ${count} workers: ${[...workers].map((w) => w.pid).join(', ')}`)
+  log.info(`started ${count} workers: ${[...workers].map((w) => w.pid).join(', ')}`, { workers: count })
 
   // A signal to the whole process group reaches the workers directly too; a
   // second SIGTERM is harmless to a draining worker (it ignores it).
   const forward = () => {
     if (stopping !== undefined) return
     stopping = stop.reason === 'SIGINT' ? 'SIGINT' : 'SIGTERM'
-    log(`${stopping}: stopping ${workers.size} worker(s)`)
+    log.info(`${stopping}: stopping ${workers.size} worker(s)`, { signal: stopping })
     stopAll(stopping)
     if (workers.size === 0) settle()
   }
   if (stop.aborted) forward()
   else stop.addEventListener('abort', forward, { once: true })
   await allGone
-  log(`all workers stopped`)
+  log.info('all workers stopped')
   return failed ? 1 : 0
 }
 

@@ -13,12 +13,14 @@ import { problem, problemResponse } from '../http/problem'
 import type { Operations } from '../operations'
 import { parseAuditFilters } from '../operations/audit'
 import { parseKeyFilters } from '../operations/filters'
-import { auditJson, auditPageJson, countsJson, expireStaleJson, forceExpireJson, keyDetailJson, keyPageJson, purgeJson } from '../operations/json'
+import { auditJson, auditPageJson, countsJson, expireStaleJson, forceExpireJson, keyDetailJson, keyPageJson, purgeJson, releasedPageJson } from '../operations/json'
+import { parseReleaseReason } from '../operations/released'
+import { requestLogger } from '../http/request-id'
 import type { Logger } from '../log'
 import type { Sql } from '../core/types'
 import type { AdminAuth } from './auth'
 import { ApiUnauthorizedError, NotFoundError, ThrottledError } from './errors'
-import { ApiCountsQuery, ApiExpireBody, ApiExpireStaleBody, ApiKeysQuery, AuditEntryParams, AuditQuery, KeyParams, KeyQuery } from './schemas'
+import { ApiCountsQuery, ApiExpireBody, ApiExpireStaleBody, ApiKeysQuery, AuditEntryParams, AuditQuery, KeyParams, KeyQuery, ReleasedQuery } from './schemas'
 import { actorOf, validNote } from './session'
 
 export interface AdminDeps {
@@ -31,6 +33,11 @@ export interface AdminDeps {
   readonly log: Logger
 }
 
+/** The operations for one request: its action lines carry the request's id. */
+export function actingOps(deps: AdminDeps, request: Request) {
+  return deps.ops.withLog(requestLogger(request, { route: new URL(request.url).pathname.startsWith('/admin/api') ? '/admin/api' : '/admin' }, deps.log))
+}
+
 /** Scripts may add a note to their operator name for the audit trail (X-Admin-Actor), checked like the sign-in form's. */
 function noteOf(request: Request): string | undefined {
   const note = request.headers.get('x-admin-actor')?.trim()
@@ -39,7 +46,8 @@ function noteOf(request: Request): string | undefined {
 
 const limitOf = (raw: string | undefined): number | undefined => (raw === undefined ? undefined : Number(raw))
 
-export function adminApi({ ops, auth }: AdminDeps) {
+export function adminApi(deps: AdminDeps) {
+  const { ops, auth } = deps
   const detail = async (tenant: string, key: string) => {
     const found = await ops.show(tenant, key)
     if (!found) throw new NotFoundError('No key with this tenant and key.')
@@ -67,17 +75,27 @@ export function adminApi({ ops, auth }: AdminDeps) {
       if (!entry) throw new NotFoundError('No audit entry with this id.')
       return auditJson(entry)
     }, { params: AuditEntryParams })
-    .post('/keys/expire', async ({ body, actor }) => {
+    .post('/keys/expire', async ({ body, actor, request }) => {
       const lease = String(body.lease)
-      const result = await ops.forceExpire({ tenant: body.tenant, key: body.key, lease }, actor)
+      const result = await actingOps(deps, request).forceExpire({ tenant: body.tenant, key: body.key, lease }, actor)
       const json = forceExpireJson(result, lease)
       if (result.outcome === 'worker_alive') return problemResponse(problem('worker-alive', undefined, json))
       if (result.outcome === 'unchanged') return problemResponse(problem('key-changed', undefined, json))
       return json
     }, { body: ApiExpireBody })
-    .post('/keys/expire-stale', async ({ body, actor }) => {
+    .post('/keys/expire-stale', async ({ body, actor, request }) => {
       const asOf = body.as_of === undefined ? undefined : new Date(body.as_of)
-      return expireStaleJson(await ops.expireStale({ asOf, tenant: body.tenant?.trim() || undefined }, actor))
+      return expireStaleJson(await actingOps(deps, request).expireStale({ asOf, tenant: body.tenant?.trim() || undefined }, actor))
     }, { body: ApiExpireStaleBody })
-    .post('/purge', async ({ actor }) => purgeJson(await ops.purge(actor)))
+    .post('/purge', async ({ actor, request }) => purgeJson(await actingOps(deps, request).purge(actor)))
+    // Keys released after their deadline (the provider may have charged), or for another reason.
+    .get('/released', async ({ query }) => {
+      const reason = parseReleaseReason(query.reason)
+      const tenant = query.tenant?.trim() || undefined
+      const [page, counts] = await Promise.all([
+        ops.listReleased({ reason, tenant }, { cursor: query.cursor || undefined, limit: limitOf(query.limit) }),
+        ops.countReleased(tenant),
+      ])
+      return releasedPageJson(page, counts)
+    }, { query: ReleasedQuery })
 }

@@ -51,6 +51,8 @@ header button { background: transparent; border-color: #57606a; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; background: #fff; border: 1px solid var(--line); padding: 10px 12px; margin: 0 0 12px; }
 dl.facts dt { color: var(--muted); font-size: 12px; padding-top: 2px; }
 dl.facts dd { margin: 0; overflow-wrap: anywhere; }
+article.runbook { background: #fff; border: 1px solid var(--line); padding: 4px 16px 12px; overflow-wrap: anywhere; }
+article.runbook code { font-family: ui-monospace, monospace; font-size: 13px; background: #f6f8fa; padding: 0 3px; }
 pre { background: #fff; border: 1px solid var(--line); padding: 10px; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12px; }
 .signin { max-width: 360px; margin: 80px auto; background: #fff; border: 1px solid var(--line); padding: 20px; display: flex; flex-direction: column; gap: 12px; }
 .signin input { min-width: 0; width: 100%; }
@@ -125,6 +127,8 @@ export function Layout({ title, operator, refresh, children }: PropsWithChildren
                 <a href="/admin">Keys</a>
                 <a href="/admin/audit">Audit trail</a>
                 <a href="/admin/sessions">Sessions</a>
+                <a href="/admin/released?reason=deadline">Released after deadline</a>
+                <a href="/admin/runbooks">Runbooks</a>
                 <span safe>{operator.name}</span>
                 <form class="inline" method="post" action="/admin/logout">
                   <input type="hidden" name="csrf" value={escapeHtml(operator.csrf)} />

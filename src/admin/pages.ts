@@ -13,11 +13,11 @@ import { problem, problemResponse } from '../http/problem'
 import { parseAuditFilters } from '../operations/audit'
 import { parseKeyFilters } from '../operations/filters'
 import { DEFAULT_PAGE_SIZE } from '../operations/list'
-import type { AdminDeps } from './api'
+import { actingOps, type AdminDeps } from './api'
 import { CrossSiteError, NotFoundError, SignedOutError } from './errors'
 import { CONTENT_SECURITY_POLICY, type Operator } from './layout'
 import { auditHref, backFilters, backOf, keyHref, listHref } from './links'
-import { AuditEntryParams, AuditQuery, ConfirmExpireQuery, ConfirmExpireStaleQuery, CsrfForm, EndSessionForm, ExpireForm, ExpireStaleForm, KeyDetailQuery, KeyParams, KeyQuery, ListQuery, SessionsQuery, SignInForm, SignInQuery } from './schemas'
+import { AuditEntryParams, AuditQuery, ConfirmExpireQuery, ConfirmExpireStaleQuery, CsrfForm, EndSessionForm, ExpireForm, ExpireStaleForm, KeyDetailQuery, KeyParams, KeyQuery, ListQuery, SessionsQuery, SignInForm, SignInQuery, ReleasedQuery, RunbookParams } from './schemas'
 import { actorOf, readCookie, sameOrigin, SESSION_COOKIE, sessionCookie, validNote } from './session'
 import { endSessionById, endSessionByToken, openSessions, startSession, useSession, type Session } from './sessions'
 import { AuditEntryPage, AuditPage } from './views/audit'
@@ -26,6 +26,10 @@ import { KeyDetailPage } from './views/key-detail'
 import { KeysPage } from './views/keys'
 import { SignInPage } from './views/messages'
 import { SessionsPage } from './views/sessions'
+import { ReleasedPage, releasedHref } from './views/released'
+import { RunbookIndexPage, RunbookPage } from './views/runbook'
+import { runbooks } from './runbooks'
+import { parseReleaseReason } from '../operations/released'
 
 /**
  * 30 s: one default TTL, so a key turning stale shows up within one TTL, and
@@ -72,7 +76,8 @@ export function safeNext(next: string | undefined): string {
 
 type ResponseSet = { headers: Record<string, string | number>; status?: number | string }
 
-export function adminPages({ ops, auth, sql, now, log }: AdminDeps) {
+export function adminPages(deps: AdminDeps) {
+  const { ops, auth, sql, now, log } = deps
   const page = (set: ResponseSet, extra: Record<string, string> = {}) => {
     Object.assign(set.headers, { 'content-type': 'text/html; charset=utf-8' }, SECURITY_HEADERS, extra)
   }
@@ -181,6 +186,25 @@ export function adminPages({ ops, auth, sql, now, log }: AdminDeps) {
       return html(await ConfirmPurgePage({ operator, preview }))
     })
 
+    // The deadline releases (the provider may have charged) and the alert runbooks.
+    .get('/released', async ({ html, set, query, operator }) => {
+      const reason = parseReleaseReason(query.reason)
+      const tenant = query.tenant?.trim() || undefined
+      const [released, counts] = await Promise.all([ops.listReleased({ reason, tenant }, { cursor: query.cursor || undefined }), ops.countReleased(tenant)])
+      page(set)
+      return html(await ReleasedPage({ operator, reason, tenant, keys: released.keys, counts, nextHref: released.nextCursor ? releasedHref(reason, { tenant, cursor: released.nextCursor }) : undefined }))
+    }, { query: ReleasedQuery })
+    .get('/runbooks', ({ html, set, operator }) => {
+      page(set)
+      return html(RunbookIndexPage({ operator, runbooks: [...runbooks().values()] }) as string)
+    })
+    .get('/runbooks/:alert', ({ html, set, params, operator }) => {
+      const runbook = runbooks().get(params.alert)
+      if (!runbook) throw new NotFoundError('No runbook for this alert.')
+      page(set)
+      return html(RunbookPage({ operator, runbook }) as string)
+    }, { params: RunbookParams })
+
     .get('/audit', async ({ html, set, query, operator }) => {
       const filters = parseAuditFilters(query)
       const result = await ops.audit({ ...filters, limit: AUDIT_PAGE_SIZE })
@@ -194,18 +218,18 @@ export function adminPages({ ops, auth, sql, now, log }: AdminDeps) {
       return html(await AuditEntryPage({ operator, entry }))
     }, { params: AuditEntryParams })
 
-    .post('/keys/expire', async ({ body, session }) => {
-      const result = await ops.forceExpire({ tenant: body.tenant, key: body.key, lease: body.lease }, actor(session))
+    .post('/keys/expire', async ({ body, session, request }) => {
+      const result = await actingOps(deps, request).forceExpire({ tenant: body.tenant, key: body.key, lease: body.lease }, actor(session))
       const back = backFilters(body.back)
       return redirect(keyHref(body.tenant, body.key, { result: result.auditId, back: back ? backOf(back) : undefined }))
     }, { body: ExpireForm })
-    .post('/expire-stale', async ({ body, session }) => {
+    .post('/expire-stale', async ({ body, session, request }) => {
       const tenant = parseKeyFilters({ tenant: body.tenant }).tenant
-      const result = await ops.expireStale({ asOf: new Date(body.as_of), tenant }, actor(session))
+      const result = await actingOps(deps, request).expireStale({ asOf: new Date(body.as_of), tenant }, actor(session))
       return redirect(listHref({ tenant, staleOnly: false }, { result: result.auditId }))
     }, { body: ExpireStaleForm })
-    .post('/purge', async ({ session }) => {
-      const result = await ops.purge(actor(session))
+    .post('/purge', async ({ session, request }) => {
+      const result = await actingOps(deps, request).purge(actor(session))
       return redirect(listHref({ staleOnly: false }, { result: result.auditId }))
     }, { body: CsrfForm })
     // Signing out ends the session on the server: its cookie, kept or copied, opens nothing any more.

@@ -16,7 +16,8 @@ import { Elysia } from 'elysia'
 import { isUnavailable } from '../core/errors'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
 import { problem, problemResponse, PROBLEMS } from '../http/problem'
-import { log as defaultLog, type Logger } from '../log'
+import { errorText, log as defaultLog, type Logger } from '../log'
+import { requestLogger } from '../http/request-id'
 import type { Metrics } from '../metrics/registry'
 import { operations, OperationInputError } from '../operations'
 import type { Pools } from '../store/db'
@@ -74,6 +75,7 @@ export function adminApp(options: AdminOptions) {
       const cause = code === 'PARSE' && error instanceof Error && error.cause !== undefined ? error.cause : error
       const isApi = path === '/admin/api' || path.startsWith('/admin/api/')
       const refusal = classify(code, cause)
+      if (refusal === 'internal') requestLogger(request, {}, log).error(`admin: ${errorText(cause)}`, { error: cause, route: isApi ? '/admin/api' : '/admin' })
       if (isApi) {
         // The same verdict the guard had (auth.bearer is once per request): a failure counts once.
         const verdict = auth.bearer(request)
@@ -116,7 +118,6 @@ function classify(code: unknown, error: unknown): Refusal {
   if (error instanceof BadBodyError || code === 'PARSE') return 'bad-body'
   if (error instanceof OperationInputError || code === 'VALIDATION') return 'invalid'
   if (isUnavailable(error)) return 'unavailable'
-  console.error('admin:', error instanceof Error ? error.message : error)
   return 'internal'
 }
 

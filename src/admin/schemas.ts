@@ -74,3 +74,13 @@ export const ExpireStaleForm = t.Object({ csrf: t.Optional(Csrf), as_of: t.Strin
 export const ApiExpireBody = t.Object({ tenant: Tenant, key: Key, lease: t.Union([Lease, t.Integer({ minimum: 1 })]) })
 export const ApiExpireStaleBody = t.Object({ as_of: t.Optional(t.String({ format: 'date-time' })), tenant: t.Optional(Text(64)) })
 export const ApiPurgeBody = t.Object({})
+
+/** GET /admin/released and /admin/api/released: keys released for one reason (default: after their deadline). */
+export const ReleasedQuery = t.Object({
+  reason: t.Optional(t.Union([t.Literal('deadline'), t.Literal('failed'), t.Literal('shutdown')])),
+  tenant: t.Optional(Text(64)),
+  cursor: t.Optional(t.String({ maxLength: MAX_CURSOR_LENGTH })),
+  limit: t.Optional(Limit),
+})
+/** GET /admin/runbooks/:alert: an alert name as the rules spell it. */
+export const RunbookParams = t.Object({ alert: t.String({ pattern: '^[A-Za-z][A-Za-z0-9]{0,63}$' }) })

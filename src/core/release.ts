@@ -1,7 +1,12 @@
 import type { Lease, Sql } from './types'
 
-/** Why a key is given back: kept with it, so operators can tell a failure from a deadline (a late charge may follow one). */
-export type ReleaseReason = 'failed' | 'deadline' | 'shutdown' | 'lost_claim' | 'force_expired'
+/**
+ * Why a key is given back: kept with it, so operators can tell a failure
+ * from a deadline (a late charge may follow one). sql/00006 checks the same
+ * list.
+ */
+export const RELEASE_REASONS = ['failed', 'deadline', 'shutdown', 'lost_claim', 'force_expired'] as const
+export type ReleaseReason = (typeof RELEASE_REASONS)[number]
 
 /**
  * Gives a key back after its execution failed or ran into its deadline, so a

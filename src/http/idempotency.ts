@@ -18,7 +18,8 @@ import { notify, type IdempotencyHooks, type Outcome } from './outcomes'
 import { detail, IdempotencyKey, idempotentOperation, type RouteDocs } from './operation'
 import { isProblemCode, problem, problemResponse, PROBLEM_CONTENT_TYPE, type Problem } from './problem'
 import type { ClaimTicket, InFlight } from './in-flight'
-import { log } from '../log'
+import { problemInstance, requestIdOf, requestLogger } from './request-id'
+import { errorText, type Logger } from '../log'
 
 /** SPEC: Idempotency-Key is 1..255 printable ASCII characters without space; the OpenAPI document shows the same pattern. */
 const KEY_PATTERN = new RegExp(IdempotencyKey.pattern!)
@@ -29,14 +30,17 @@ const KEY_PATTERN = new RegExp(IdempotencyKey.pattern!)
  */
 const RELEASE_TIMEOUT_MS = 2_000
 /**
- * The longest a claim may take, counted on our side, queueing for a pooled
- * connection included. A claim is one indexed statement (well under 10 ms
- * here even at 256 concurrent requests); 2 s means the write path is stuck
- * (a synchronous standby that stopped acknowledging, a saturated database),
- * and the request then answers 503 instead of hanging (SPEC: none hangs). The
+ * The longest a claim may take, counted on our side, queueing for its
+ * statement included. A batch of 128 claims takes a few milliseconds here, a
+ * burst of 2,000 at once 0.2 s on a quiet machine and seconds on a loaded
+ * one (2 s cut a loaded test's burst of 2,000 into 947 needless 503s). 5 s,
+ * the statement_timeout, means the write path is stuck (a synchronous
+ * standby that stopped acknowledging, a saturated database): the request
+ * answers 503 instead of hanging (SPEC: none hangs), and while the database
+ * is known to be away the health gate answers 503 at once anyway. The
  * statement may still commit later: it is then a lost claim (below).
  */
-const CLAIM_TIMEOUT_MS = 2_000
+const CLAIM_TIMEOUT_MS = 5_000
 /**
  * When a claim's answer was lost (its connection reset, or it timed out), the
  * key may have been claimed under our lease after all: we release it under
@@ -86,6 +90,8 @@ export interface IdempotencyOptions {
   readonly owner?: () => string | undefined
   /** Tests move the clock with this instead of sleeping. @default the database's now() */
   readonly now?: () => Date | undefined
+  /** Where the line about each failed, deadline-hit or fenced request goes (with its request id). @default src/log.ts's logger */
+  readonly log?: Logger
 }
 
 /** What the recording step returns: stored and replayed byte for byte, 4xx included (a business refusal). */
@@ -232,12 +238,14 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const started = performance.now()
     const tenant = options.tenant(request)
     if (tenant === undefined) return problemResponse(problem('unauthorized'), { 'www-authenticate': 'Bearer' })
+    const key = request.headers.get('idempotency-key')
     const refuse = (answer: Problem, outcome: Outcome = 'invalid') => {
       count(outcome, started)
+      // Debug only: a refusal is the client's mistake, and hostile clients can send many (the key is escaped, log.ts).
+      requestLogger(request, { tenant, route: route.path, ...(key === null ? {} : { key }) }, options.log).debug(`refused: ${answer.code}`, { outcome, status: answer.status })
       return problemResponse(answer)
     }
 
-    const key = request.headers.get('idempotency-key')
     const body = await readJsonBody(request, maxBodyBytes)
     if (!body.ok) return refuse(body.problem)
     if (key === null) return refuse(problem('missing-idempotency-key'))
@@ -258,8 +266,9 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const ticket = options.inFlight?.claiming(leaseId)
     // The deadline takes a claim still queued for its statement out of the queue (it is never sent).
     const claimDeadline = AbortSignal.timeout(CLAIM_TIMEOUT_MS)
+    const about: About = { request, tenant, key }
     const claiming = claim(pools.short, identity, {
-      ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.(), lease: leaseId, summary: route.summary?.(valid.value) ?? null,
+      ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.(), lease: leaseId, summary: summaryOf(valid.value),
     }, { signal: claimDeadline })
     let claimed: ClaimResult
     try {
@@ -268,7 +277,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       ticket?.end()
       recoverLostClaim({ tenant, key, lease: leaseId }, claiming)
       // Past the deadline, whichever timer fired first (ours, or the queue's abort), the database did not answer in time.
-      return failure(claimDeadline.aborted && !isUnavailable(error) ? new DatabaseUnavailableError(error) : error, started, 'lost-claim')
+      return failure(claimDeadline.aborted && !isUnavailable(error) ? new DatabaseUnavailableError(error) : error, started, 'lost-claim', about)
     }
     switch (claimed.kind) {
       case 'replay':
@@ -286,11 +295,12 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       case 'created':
       case 'reclaimed':
         if (claimed.kind === 'reclaimed') notify('onReclaim', hooks.onReclaim, event)
-        return run(claimed.lease, claimed.kind, request, valid.value, started, ticket)
+        return run(claimed.lease, claimed.kind, about, valid.value, started, ticket)
     }
   }
 
-  async function run(lease: Lease, outcome: 'created' | 'reclaimed', request: Request, body: Body, started: number, ticket: ClaimTicket | undefined): Promise<Response> {
+  async function run(lease: Lease, outcome: 'created' | 'reclaimed', about: About, body: Body, started: number, ticket: ClaimTicket | undefined): Promise<Response> {
+    const { request } = about
     const deadline = deadlineSignal(budgetMs)
     ticket?.hold(lease, deadline.abort)
     let completing = false
@@ -306,21 +316,24 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         attempt: lease.attempts,
       }), deadline.signal)
       // The completing phase: one statement (or one short transaction), fenced by the lease.
-      const stored = await completeWith(lease, body, result, () => { completing = true })
+      const stored = await completeWith(lease, body, result, requestIdOf(request), () => { completing = true })
       count(outcome, started)
       return new Response(stored.body, { status: stored.status, headers: stored.headers })
     } catch (error) {
       if (error instanceof LeaseLostError) {
         notify('onLeaseLost', hooks.onLeaseLost, event)
         count('lease_lost', started)
+        logOf(about).warn('lease lost: the key was reclaimed or force-expired while this request ran; its writes were rolled back', { outcome: 'lease_lost', attempt: lease.attempts })
         return problemResponse(problem('lease-lost'))
       }
-      const released = await releaseQuietly(lease, reasonOf(error))
-      if (released) notify('onRelease', hooks.onRelease, event)
+      const reason = reasonOf(error)
+      if (reason === 'deadline') notify('onDeadline', hooks.onDeadline, event)
+      const released = await releaseQuietly(lease, reason)
+      if (released) notify('onRelease', hooks.onRelease, { ...event, reason })
       // A completion whose answer was lost may have committed: then the key is
       // done (not ours to release any more), and a retry replays it at once.
       const state = released ? 'released' : completing && isUnavailable(error) ? 'unknown' : 'kept'
-      return failure(error, started, state)
+      return failure(error, started, state, about, lease)
     } finally {
       deadline.clear()
       ticket?.end()
@@ -335,7 +348,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
    */
   function recoverLostClaim(lease: Pick<Lease, 'tenant' | 'key' | 'lease'>, claiming: Promise<ClaimResult>): void {
     const giveBack = () => release(pools.short, lease, 'lost_claim').then((released) => {
-      if (released) notify('onRelease', hooks.onRelease, event)
+      if (released) notify('onRelease', hooks.onRelease, { ...event, reason: 'lost_claim' })
       return released
     }, () => false)
     claiming.then((late) => {
@@ -352,12 +365,12 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   }
 
   /** The recording step and the completion, in the route's form; `sending` is called as the completion goes to the database. */
-  async function completeWith(lease: Lease, body: Body, result: Result, sending: () => void): Promise<StoredResponse> {
+  async function completeWith(lease: Lease, body: Body, result: Result, requestId: string, sending: () => void): Promise<StoredResponse> {
     const now = options.now?.()
     const context = { body, tenant: lease.tenant, key: lease.key, result }
     if (route.recordRows) {
       const answer = await route.recordRows(context)
-      const response = toStored(answer)
+      const response = toStored(answer, requestId)
       if (answer.status >= 500) throw new FailedResult(response)
       sending()
       return completeRows(pools.work, lease, response, answer.insert, { now })
@@ -365,7 +378,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     sending()
     return complete(pools.work, lease, async (tx) => {
       const answer = await route.record!({ ...context, tx })
-      const response = toStored(answer)
+      const response = toStored(answer, requestId)
       if (answer.status >= 500) throw new FailedResult(response)
       return response
     }, { now })
@@ -388,8 +401,9 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
    * - kept: the release failed, so the key becomes reclaimable (at the latest after the TTL);
    * - unknown: the completion's answer was lost: it may have committed.
    */
-  function failure(error: unknown, started: number, key: 'lost-claim' | 'released' | 'kept' | 'unknown'): Response {
+  function failure(error: unknown, started: number, key: 'lost-claim' | 'released' | 'kept' | 'unknown', about: About, lease?: Lease): Response {
     count('failed', started)
+    report(error, key, about, lease)
     const after = {
       'lost-claim': 'retry with the same Idempotency-Key',
       released: 'the idempotency key was released, so a retry runs again',
@@ -413,8 +427,40 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const code = error instanceof IdempotencyError ? error.code.toLowerCase().replaceAll('_', '-') : ''
     if (error instanceof IdempotencyError && error.status >= 500 && isProblemCode(code))
       return problemResponse(problem(code, `${error.message}; ${after}.`))
-    log.error('processing failed', { route: route.path, error })
     return problemResponse(problem('internal', `Processing failed; ${after}.`))
+  }
+
+  /** The request's logger: its id, tenant, route and key on every line. */
+  function logOf(about: About): Logger {
+    return requestLogger(about.request, { tenant: about.tenant, route: route.path, key: about.key }, options.log)
+  }
+
+  /** The route's summary of the request, bounded (it rides in every claim's INSERT); none if the route's function throws. */
+  function summaryOf(body: Body): RequestSummary | null {
+    if (!route.summary) return null
+    try {
+      const summary = route.summary(body)
+      return JSON.stringify(summary).length <= MAX_SUMMARY_CHARS ? summary : null
+    } catch {
+      return null
+    }
+  }
+
+  /** One line per failed, deadline-hit or stopped request: what failed, and what became of its key. */
+  function report(error: unknown, key: 'lost-claim' | 'released' | 'kept' | 'unknown', about: About, lease: Lease | undefined): void {
+    const fields = {
+      outcome: 'failed',
+      ...(lease ? { attempt: lease.attempts } : {}),
+      key_state: { 'lost-claim': 'claim failed (released under its lease if it committed)', released: 'released', kept: 'not released (reclaimable)', unknown: 'outcome unknown (the completion may have committed)' }[key],
+      error,
+    }
+    const logger = logOf(about)
+    if (error instanceof FailedResult) logger.warn(`the handler answered ${error.response.status}`, fields)
+    else if (error instanceof DeadlineExceededError) logger.warn(`deadline: processing ran into its deadline (${error.budgetMs} ms) and was stopped; a foreign call in flight may still complete (the provider may have charged)`, { ...fields, outcome: 'deadline' })
+    else if (error instanceof ShuttingDownError) logger.warn('stopped by the shutdown before it finished', fields)
+    else if (isUnavailable(error) || sqlState(error) === SQLSTATE.QUERY_CANCELED) logger.warn(`database unavailable: ${errorText(error)}`, fields)
+    else if (error instanceof IdempotencyError && error.status >= 500) logger.warn(`${error.code.toLowerCase()}: ${error.message}`, fields)
+    else logger.error(`processing failed: ${errorText(error)}`, fields)
   }
 
   return new Elysia({ name: 'idempotent-post', seed: route.path })
@@ -433,14 +479,34 @@ function schemaValidator<Body>(schema: (TSchema & { static: Body }) | undefined)
     : { ok: false, errors: [...check.Errors(body)].slice(0, 10).map((error) => `${error.path || '/'}: ${error.message}`) }
 }
 
-function toStored(result: HandlerResult): StoredResponse {
+/**
+ * A stored problem carries its first request's `instance`, so its replays
+ * are that answer byte for byte (the edge adds `instance` only where none is).
+ */
+function toStored(result: HandlerResult, requestId: string): StoredResponse {
   const isProblem = result.status >= 400
+  const body = isProblem && isPlainObject(result.body) && !('instance' in result.body)
+    ? { ...result.body, instance: problemInstance(requestId) }
+    : result.body
   return {
     status: result.status,
     headers: { 'content-type': isProblem ? PROBLEM_CONTENT_TYPE : 'application/json', ...result.headers },
-    body: JSON.stringify(result.body),
+    body: JSON.stringify(body),
   }
 }
+
+const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value)
+
+/** What a request is, for its log lines. */
+interface About {
+  readonly request: Request
+  readonly tenant: string
+  readonly key: string
+}
+
+/** 1 KiB of JSON: a customer id and an amount take ~60 bytes; a route that wants more is storing the body. */
+const MAX_SUMMARY_CHARS = 1024
 
 /**
  * The path as the request's identity: a trailing slash does not make another

@@ -1,3 +1,6 @@
+import type { ReleaseReason } from '../core/release'
+import { log } from '../log'
+
 /**
  * What the plugin reports, for the app to count (prom-client, logs, ...): the
  * plugin itself knows no metrics library, so any app can wire it its own way.
@@ -19,6 +22,12 @@ export interface RouteEvent {
   readonly route: string
 }
 
+export { RELEASE_REASONS, type ReleaseReason } from '../core/release'
+
+export interface ReleaseEvent extends RouteEvent {
+  readonly reason: ReleaseReason
+}
+
 /**
  * Called synchronously on the request's path, so keep them cheap (a counter
  * increment). One that throws is logged and ignored: counting never changes
@@ -32,7 +41,9 @@ export interface IdempotencyHooks {
   /** This request's claim was taken over before it could commit; its writes rolled back. */
   readonly onLeaseLost?: (event: RouteEvent) => void
   /** A failed request gave its key back, so a retry runs again. */
-  readonly onRelease?: (event: RouteEvent) => void
+  readonly onRelease?: (event: ReleaseEvent) => void
+  /** This request ran into its deadline (its key is then released with reason `deadline`, if the database takes it). */
+  readonly onDeadline?: (event: RouteEvent) => void
 }
 
 /** Calls `hook`, never letting it throw into the request. */
@@ -41,6 +52,6 @@ export function notify<E>(name: string, hook: ((event: E) => void) | undefined, 
   try {
     hook(event)
   } catch (error) {
-    console.error(`idempotency hook ${name} threw:`, error instanceof Error ? error.message : error)
+    log.error(`idempotency hook ${name} threw`, { error })
   }
 }

@@ -158,5 +158,6 @@ export function problemSchema(codes: readonly ProblemCode[]): TSchema {
     detail: Type.Optional(Type.String()),
     code: literal([...codes]),
     errors: Type.Optional(Type.Array(Type.String(), { description: 'What is wrong with the body (invalid-body).' })),
+    instance: Type.Optional(Type.String({ description: 'This occurrence: `urn:idempotent-post:request:<X-Request-Id>`, the id of the request it answered (a replay keeps its first request\'s).' })),
   }, { additionalProperties: true })
 }

@@ -2,6 +2,7 @@ import { DEFAULT_PURGE_INTERVAL_MS } from '../config'
 import { purgeExpired, PURGE_BATCH_SIZE } from '../core/purge'
 import type { Sql } from '../core/types'
 import type { Metrics } from '../metrics/registry'
+import { errorText, type Logger } from '../log'
 
 /**
  * Pause between two full batches of one run: the purge takes at most
@@ -20,7 +21,7 @@ export interface RetentionPurgeOptions {
   readonly intervalMs?: number | undefined
   readonly batchSize?: number | undefined
   readonly pauseMs?: number | undefined
-  readonly log?: ((line: string) => void) | undefined
+  readonly log?: Logger | undefined
   /** Tests move the clock with this. */
   readonly now?: (() => Date | undefined) | undefined
 }
@@ -55,7 +56,7 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
       if (deleted < batchSize) break
       await Bun.sleep(pauseMs)
     }
-    if (total > 0) options.log?.(`retention purge: deleted ${total} expired key(s)`)
+    if (total > 0) options.log?.info(`retention purge: deleted ${total} expired key(s)`, { purged: total })
     return total
   }
 
@@ -68,7 +69,7 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
     if (stopped) return
     timer = setTimeout(() => {
       runOnce()
-        .catch((error: unknown) => options.log?.(`retention purge failed (next try in ${intervalMs} ms): ${error instanceof Error ? error.message : String(error)}`))
+        .catch((error: unknown) => options.log?.warn(`retention purge failed (next try in ${intervalMs} ms): ${errorText(error)}`, { error }))
         .finally(() => schedule(intervalMs))
     }, delayMs)
     timer.unref?.()

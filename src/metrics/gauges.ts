@@ -1,5 +1,6 @@
 import { Counter, Gauge, Registry } from 'prom-client'
 import type { Sql } from '../core/types'
+import { errorText, type Logger } from '../log'
 import { ForcedExpirationTally } from './forced-expirations'
 import { readDuplicates } from './read-duplicates'
 import { readForcedExpirations } from './read-forced-expirations'
@@ -49,7 +50,7 @@ export interface DatabaseGaugesOptions {
   readonly duplicateWindowSeconds?: number
   /** Tests move the clock with this. @default the database's now() */
   readonly now?: () => Date | undefined
-  readonly log?: (line: string) => void
+  readonly log?: Logger
 }
 
 /**
@@ -189,7 +190,7 @@ export class DatabaseGauges {
       this.lastSuccess.set({ query }, Date.now() / 1000)
     } catch (error) {
       this.failed.set({ query }, 1)
-      this.options.log?.(`database gauges: ${query} query failed (${error instanceof Error ? error.message : String(error)}); serving its last values`)
+      this.options.log?.warn(`database gauges: ${query} query failed (${errorText(error)}); serving its last values`, { query, error })
     } finally {
       this.running.delete(query)
       this.duration.set({ query }, (performance.now() - started) / 1000)

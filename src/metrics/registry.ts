@@ -1,6 +1,8 @@
-import { Counter, Histogram, Registry } from 'prom-client'
-import { OUTCOMES, type IdempotencyHooks } from '../http/outcomes'
+import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { OUTCOMES, RELEASE_REASONS, type IdempotencyHooks } from '../http/outcomes'
 import type { AnswerEvent } from '../http/observe'
+import type { ProviderCallEvent, ProviderCallOutcome } from '../provider/client'
+import type { PoolUsage } from '../store/pool-usage'
 
 export { OUTCOMES, type Outcome } from '../http/outcomes'
 
@@ -20,9 +22,26 @@ export interface Metrics {
   readonly idempotencyDuration: Histogram<'route' | 'outcome'>
   readonly reclaims: Counter<'route'>
   readonly leasesLost: Counter<'route'>
-  readonly releases: Counter<'route'>
+  readonly releases: Counter<'route' | 'reason'>
   readonly purgedKeys: Counter
+  readonly deadlines: Counter<'route'>
+  readonly providerDuration: Histogram<'outcome'>
+  readonly ttl: Gauge
+  readonly ready: Gauge
+  readonly poolInUse: Gauge<'pool'>
+  readonly poolWaiting: Gauge<'pool'>
+  readonly poolMax: Gauge<'pool'>
 }
+
+/** Every outcome of one HTTP call to the payment provider (provider/client.ts), each with a series from the start. */
+export const PROVIDER_OUTCOMES: readonly ProviderCallOutcome[] = ['ok', 'failed', 'lost', 'deadline', 'aborted']
+
+/**
+ * Seconds, for the provider call: from a few ms (the simulator, a fast
+ * provider) to the TTL (30 s), where the deadline ends the call; 2.5-10 s
+ * separate a slow provider from a stalled one.
+ */
+export const PROVIDER_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30]
 
 export function createMetrics(registry: Registry = new Registry()): Metrics {
   const registers = [registry]
@@ -68,8 +87,52 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
     }),
     releases: new Counter({
       name: 'idempotency_releases_total',
-      help: 'Keys given back after their handler failed, so that a retry runs again.',
+      help: 'Keys given back after a failed execution, so that a retry runs again, by reason: failed, deadline (the provider may have charged), shutdown.',
+      labelNames: ['route', 'reason'],
+      registers,
+    }),
+    deadlines: new Counter({
+      name: 'idempotency_deadline_exceeded_total',
+      help: 'Requests that ran into their deadline (the TTL less a margin) and were stopped: answered 504, their key released.',
       labelNames: ['route'],
+      registers,
+    }),
+    providerDuration: new Histogram({
+      name: 'idempotency_provider_request_duration_seconds',
+      help: 'Each HTTP call to the payment provider, by outcome: ok, failed (an answer refusing or unusable), lost (no answer), deadline (stopped by the request\'s deadline), aborted (stopped by a shutdown).',
+      labelNames: ['outcome'],
+      buckets: PROVIDER_BUCKETS,
+      registers,
+    }),
+    ttl: new Gauge({
+      name: 'idempotency_ttl_seconds',
+      help: 'The TTL this server runs with (IDEMPOTENCY_TTL_SECONDS): dashboards and alerts take their thresholds from it.',
+      // WORKERS>1: every worker has the same value; the sum of them would not be a TTL.
+      aggregator: 'max',
+      registers,
+    }),
+    ready: new Gauge({
+      name: 'idempotency_ready',
+      help: '1 while this process reaches the database (what GET /readyz answers 200 for), 0 while it does not.',
+      aggregator: 'min',
+      registers,
+    }),
+    poolInUse: new Gauge({
+      name: 'idempotency_db_pool_connections_in_use',
+      help: 'Connections of a database pool running a statement or transaction of ours now, by pool (short: claims, replays, reads; work: completing transactions).',
+      labelNames: ['pool'],
+      registers,
+    }),
+    poolWaiting: new Gauge({
+      name: 'idempotency_db_pool_waiting',
+      help: 'Statements and transactions waiting for a connection of the pool now, by pool.',
+      labelNames: ['pool'],
+      registers,
+    }),
+    poolMax: new Gauge({
+      name: 'idempotency_db_pool_connections_max',
+      help: 'The size of each database pool (connections per process).',
+      labelNames: ['pool'],
       registers,
     }),
     purgedKeys: new Counter({
@@ -99,7 +162,32 @@ export function primeRoute(metrics: Metrics, route: string, method = 'POST'): vo
   for (const status of PRIMED_STATUSES) metrics.httpRequests.inc({ method, route, status }, 0)
   metrics.reclaims.inc({ route }, 0)
   metrics.leasesLost.inc({ route }, 0)
-  metrics.releases.inc({ route }, 0)
+  for (const reason of RELEASE_REASONS) metrics.releases.inc({ route, reason }, 0)
+  metrics.deadlines.inc({ route }, 0)
+}
+
+/** The provider client's calls, timed by outcome; every outcome starts at 0 (an alert on the first deadline sees it). */
+export function observeProvider(metrics: Metrics): (event: ProviderCallEvent) => void {
+  for (const outcome of PROVIDER_OUTCOMES) metrics.providerDuration.zero({ outcome })
+  return ({ outcome, seconds }) => metrics.providerDuration.observe({ outcome }, seconds)
+}
+
+/** The pools' usage and the database's reachability, read at each scrape (nothing to keep in step). */
+export function observePools(metrics: Metrics, usage: { readonly short: PoolUsage; readonly work: PoolUsage }): void {
+  const pools = Object.entries(usage)
+  for (const [pool, counter] of pools) metrics.poolMax.set({ pool }, counter.max)
+  setCollect(metrics.poolInUse, () => { for (const [pool, counter] of pools) metrics.poolInUse.set({ pool }, counter.inUse) })
+  setCollect(metrics.poolWaiting, () => { for (const [pool, counter] of pools) metrics.poolWaiting.set({ pool }, counter.waiting) })
+}
+
+/** idempotency_ready from `up()` at each scrape (store/health.ts's probe: it answers without a query). */
+export function observeReadiness(metrics: Metrics, up: () => boolean): void {
+  setCollect(metrics.ready, () => metrics.ready.set(up() ? 1 : 0))
+}
+
+/** prom-client calls a metric's `collect` before each exposition (getMetricsAsJSON too: WORKERS>1 sees it). */
+function setCollect(metric: Gauge<string>, collect: () => void): void {
+  (metric as unknown as { collect?: () => void }).collect = collect
 }
 
 /** The plugin's hooks, counted into `metrics` (the plugin knows no metrics library). */
@@ -111,7 +199,8 @@ export function idempotencyHooks(metrics: Metrics): IdempotencyHooks {
     },
     onReclaim: ({ route }) => metrics.reclaims.inc({ route }),
     onLeaseLost: ({ route }) => metrics.leasesLost.inc({ route }),
-    onRelease: ({ route }) => metrics.releases.inc({ route }),
+    onRelease: ({ route, reason }) => metrics.releases.inc({ route, reason }),
+    onDeadline: ({ route }) => metrics.deadlines.inc({ route }),
   }
 }
 

@@ -11,14 +11,22 @@ import { forceExpire, type ExpireTarget, type ForceExpireResult } from '../core/
 import { expired, releasedExpired, stale, staleEntry } from '../core/policy'
 import { purgeExpired } from '../core/purge'
 import type { OperationsContext } from './context'
+import { log as processLog } from '../log'
 import type { KeyFilters } from './filters'
 import { listKeys, type ProcessingKey } from './list'
 
 export type { ExpireStaleResult, ExpireTarget, ForceExpireResult }
 
+/** The one line an operator action writes (its audit entry is the record; this is for the log pipeline). */
+function logAction(context: OperationsContext, action: string, fields: Record<string, unknown>): void {
+  (context.log ?? processLog).info(`operator action: ${action}`, { action, ...fields })
+}
+
 /** Force-expires one processing key, conditional on the lease the operator saw (core/force-expire.ts). */
-export function forceExpireKey(context: OperationsContext, target: ExpireTarget, actor: string): Promise<ForceExpireResult> {
-  return forceExpire(context.sql, target, actor, { now: context.now?.() })
+export async function forceExpireKey(context: OperationsContext, target: ExpireTarget, actor: string): Promise<ForceExpireResult> {
+  const result = await forceExpire(context.sql, target, actor, { now: context.now?.() })
+  logAction(context, 'force_expire', { actor, tenant: target.tenant, key: target.key, lease: target.lease, outcome: result.outcome, audit_id: result.auditId })
+  return result
 }
 
 /** Keys the confirmation of an expire-all-stale names one by one; the rest are counted. */
@@ -51,8 +59,10 @@ export async function previewExpireStale(context: OperationsContext, tenant: str
 }
 
 /** Expires every key stale at `asOf` (default now), skipping live workers' (core/expire-stale.ts). */
-export function expireStaleKeys(context: OperationsContext, options: { asOf?: Date | undefined; tenant?: string | undefined }, actor: string): Promise<ExpireStaleResult> {
-  return expireStale(context.sql, { asOf: options.asOf ?? context.now?.(), tenant: options.tenant }, actor)
+export async function expireStaleKeys(context: OperationsContext, options: { asOf?: Date | undefined; tenant?: string | undefined }, actor: string): Promise<ExpireStaleResult> {
+  const result = await expireStale(context.sql, { asOf: options.asOf ?? context.now?.(), tenant: options.tenant }, actor)
+  logAction(context, 'expire_all_stale', { actor, tenant: options.tenant, expired: result.expired, worker_alive: result.workerAlive, audit_id: result.auditId })
+  return result
 }
 
 export interface PurgePreview {
@@ -98,5 +108,6 @@ export async function purgeKeys(context: OperationsContext, actor: string): Prom
     if (deleted < MANUAL_PURGE_BATCH) break
   }
   const auditId = await recordAudit(context.sql, { actor, action: 'purge_expired', outcome: 'done', detail: { purged, retention_seconds: context.retentionSeconds } })
+  logAction(context, 'purge_expired', { actor, purged, audit_id: auditId })
   return { purged, auditId }
 }

@@ -1,4 +1,5 @@
 import type { Sql } from '../core/types'
+import type { Logger } from '../log'
 
 /**
  * What every operation runs with. The TTL and retention are the server's:
@@ -13,6 +14,12 @@ export interface OperationsContext {
   readonly now?: (() => Date | undefined) | undefined
   /** Counts the keys a manual purge deletes (the server's registry; the CLI has none). */
   readonly purgedKeys?: { inc(value: number): void } | undefined
+  /**
+   * Where each action (force-expire, expire-stale, purge) writes its one line:
+   * the admin passes the request's logger (its request id on the line), the
+   * CLI one that writes to stderr. @default src/log.ts's logger
+   */
+  readonly log?: Logger | undefined
 }
 
 /** Input an operation refuses (a malformed filter, cursor or lease): callers answer 400 or exit 2. */

@@ -7,14 +7,16 @@
 import { expireStaleKeys, forceExpireKey, previewExpireStale, previewPurge, purgeKeys, type ExpireTarget } from './actions'
 import { auditEntry, listAudit, type AuditFilters } from './audit'
 import type { OperationsContext } from './context'
+import type { Logger } from '../log'
 import { countKeys } from './count'
 import type { KeyFilters } from './filters'
 import { listKeys, type PageRequest } from './list'
 import { showKey } from './show'
+import { countReleased, listReleased, type ReleasedFilters } from './released'
 
 export type Operations = ReturnType<typeof operations>
 
-export function operations(context: OperationsContext) {
+function bind(context: OperationsContext) {
   return {
     context,
     ttlSeconds: context.ttlSeconds,
@@ -22,6 +24,8 @@ export function operations(context: OperationsContext) {
     list: (filters: KeyFilters, page?: PageRequest) => listKeys(context, filters, page),
     count: (filters: KeyFilters, options?: { withDone?: boolean }) => countKeys(context, filters, options),
     show: (tenant: string, key: string) => showKey(context, tenant, key),
+    listReleased: (filters: ReleasedFilters, page?: PageRequest) => listReleased(context, filters, page),
+    countReleased: (tenant?: string) => countReleased(context, tenant),
     forceExpire: (target: ExpireTarget, actor: string) => forceExpireKey(context, target, actor),
     previewExpireStale: (tenant: string | undefined) => previewExpireStale(context, tenant),
     expireStale: (options: { asOf?: Date | undefined; tenant?: string | undefined }, actor: string) => expireStaleKeys(context, options, actor),
@@ -32,6 +36,14 @@ export function operations(context: OperationsContext) {
   }
 }
 
+export function operations(context: OperationsContext) {
+  return {
+    ...bind(context),
+    /** The same operations, their action lines written to `log` (the admin binds each request's id so). */
+    withLog: (log: Logger) => bind({ ...context, log }),
+  }
+}
+
 export { OperationInputError, type OperationsContext } from './context'
 export { parseKeyFilters, filtersQuery, hasFilters, type KeyFilters, type RawKeyFilters } from './filters'
 export { parseAuditFilters, type AuditFilters, type AuditRecord } from './audit'
@@ -39,3 +51,4 @@ export { MAX_PAGE_SIZE, DEFAULT_PAGE_SIZE, type ProcessingKey } from './list'
 export type { KeyCounts } from './count'
 export type { KeyDetail, ExpirePreview } from './show'
 export type { ExpireStalePreview, PurgePreview, ForceExpireResult, ExpireStaleResult, PurgeResult } from './actions'
+export { parseReleaseReason, type ReleasedKey, type ReleasedPage, type ReleasedCounts } from './released'

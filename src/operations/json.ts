@@ -7,6 +7,7 @@ import type { AuditPage, AuditRecord } from './audit'
 import type { KeyCounts } from './count'
 import type { KeyPage, ProcessingKey } from './list'
 import type { KeyDetail } from './show'
+import type { ReleasedCounts, ReleasedKey, ReleasedPage } from './released'
 
 const iso = (date: Date | null): string | null => date?.toISOString() ?? null
 
@@ -58,6 +59,8 @@ export function keyDetailJson(detail: KeyDetail) {
     locked_at: detail.lockedAt.toISOString(),
     completed_at: iso(detail.completedAt),
     released_at: iso(detail.releasedAt),
+    release_reason: detail.releaseReason,
+    summary: detail.summary,
     age_seconds: Math.floor(detail.ageSeconds),
     stale: detail.stale,
     deadline: iso(detail.deadline),
@@ -119,4 +122,23 @@ export function auditJson(entry: AuditRecord) {
 
 export function auditPageJson(page: AuditPage) {
   return { data: page.entries.map(auditJson), next_before: page.nextBefore ?? null }
+}
+
+export function releasedKeyJson(key: ReleasedKey) {
+  return {
+    tenant: key.tenant,
+    key: key.key,
+    method: key.method,
+    path: key.path,
+    attempts: key.attempts,
+    released_at: key.releasedAt.toISOString(),
+    reason: key.reason,
+    downstream_key: key.downstreamKey,
+    summary: key.summary,
+    past_retention: key.pastRetention,
+  }
+}
+
+export function releasedPageJson(page: ReleasedPage, counts: ReleasedCounts) {
+  return { data: page.keys.map(releasedKeyJson), next_cursor: page.nextCursor ?? null, counts }
 }

@@ -81,7 +81,7 @@ export async function listKeys(context: OperationsContext, filters: KeyFilters, 
      where k.status = 'processing'
        ${filterConditions(sql, filters)}
        ${filters.staleOnly ? sql`and ${staleEntry(sql, sql`p.now`)} and ${stale(sql, sql`p.now`)}` : sql``}
-       ${after ? sql`and (pr.stale_at, pr.tenant, pr.key) > (${after.staleAt}::timestamptz, ${after.tenant}, ${after.key})` : sql``}
+       ${after ? sql`and (pr.stale_at, pr.tenant, pr.key) > (${after.at}::timestamptz, ${after.tenant}, ${after.key})` : sql``}
      order by pr.stale_at, pr.tenant, pr.key
      limit ${limit + 1}`
   const shown = rows.slice(0, limit)
@@ -100,6 +100,6 @@ export async function listKeys(context: OperationsContext, filters: KeyFilters, 
       ageSeconds: row.age_seconds,
       stale: row.stale,
     })),
-    nextCursor: rows.length > limit && last ? encodeCursor({ staleAt: last.stale_at_text, tenant: last.tenant, key: last.key }) : undefined,
+    nextCursor: rows.length > limit && last ? encodeCursor({ at: last.stale_at_text, tenant: last.tenant, key: last.key }) : undefined,
   }
 }

@@ -1,7 +1,7 @@
-import type { ReleaseReason } from '../core/release'
 import { downstreamKey } from '../core/downstream-key'
 import { workedOnCondition, expired, forceExpirable, ownerAliveCondition, PROCESS_ALIVE_SECONDS, releasedExpired, retentionEndOf, stale } from '../core/policy'
 import type { KeyStatus } from '../core/types'
+import type { ReleaseReason } from '../core/release'
 import type { OperationsContext } from './context'
 
 /** What a force-expire of this key would do now (the confirmation step shows it). */
@@ -54,6 +54,14 @@ export interface KeyDetail {
   readonly lockedAt: Date
   readonly completedAt: Date | null
   readonly releasedAt: Date | null
+  /** Released only: why (core/release.ts); null when an operator released it (see the audit trail). */
+  readonly releaseReason: ReleaseReason | null
+  /**
+   * What the route stored of the request at claim (payments: customer,
+   * amount, currency): known from the first instant, before any payment
+   * exists, so a stuck or released key can be looked up at the provider.
+   */
+  readonly summary: Readonly<Record<string, unknown>> | null
   /** Seconds since the current lease was taken. */
   readonly ageSeconds: number
   readonly stale: boolean
@@ -61,10 +69,7 @@ export interface KeyDetail {
   readonly deadline: Date | null
   /** Processing only: a live request works on it (its owner lists the lease); false when its claim's answer was lost or its owner is gone. */
   readonly workedOn: boolean
-  /** Released only: why (failed, deadline, shutdown, lost_claim, force_expired); after a deadline the provider may have charged late. */
-  readonly releaseReason: ReleaseReason | null
-  /** What the route chose to keep of the request at claim (a payment's customer and amount), for looking it up at the provider. */
-  readonly summary: Readonly<Record<string, string | number | boolean | null>> | null
+
   /** Done and released only: when the key leaves its retention (no longer replayed, purged). */
   readonly retentionEndsAt: Date | null
   readonly pastRetention: boolean
@@ -96,6 +101,8 @@ interface Row {
   locked_at: Date
   completed_at: Date | null
   released_at: Date | null
+  release_reason: ReleaseReason | null
+  summary: Record<string, unknown> | null
   response_status: number | null
   response_body: string | null
   age_seconds: number
@@ -110,8 +117,6 @@ interface Row {
   heartbeat_age_seconds: number | null
   stale_at: Date | null
   worked_on: boolean
-  release_reason: ReleaseReason | null
-  summary: Record<string, string | number | boolean | null> | null
 }
 
 /**
@@ -122,10 +127,9 @@ interface Row {
  * the payment itself. Reads only: a primary-key lookup, the owner's row, and
  * for a done key the payment by its id.
  *
- * What it cannot show: the request body of a key that has not completed. The
- * service stores only its fingerprint (and the provider call carries the
- * downstream key, not the request), so the request summary of a payment
- * comes from the payment, which exists once the key is done.
+ * What it shows of the request before it completes is the route's summary,
+ * stored by the claim (sql/00006); the service keeps no body, only its
+ * fingerprint.
  */
 export async function showKey(context: OperationsContext, tenant: string, key: string): Promise<KeyDetail | undefined> {
   const { sql } = context
@@ -134,13 +138,13 @@ export async function showKey(context: OperationsContext, tenant: string, key: s
     with params as (select coalesce(${now}::timestamptz, now()) as now)
     select k.tenant, k.key, k.status, k.method, k.path, k.fingerprint, k.lease::text as lease, k.attempts,
            k.request_id::text as request_id, k.owner::text as owner,
-           k.created_at, k.locked_at, k.completed_at, k.released_at, k.response_status,
+           k.created_at, k.locked_at, k.completed_at, k.released_at, k.release_reason, k.summary, k.response_status,
            left(k.response_body, ${MAX_BODY_SHOWN + 1}) as response_body,
            greatest(0, extract(epoch from (params.now - k.locked_at)))::float8 as age_seconds,
            ${stale(sql, sql`params.now`)} as stale,
            (k.status = 'processing' and ${forceExpirable(sql, now)}) as expirable,
            (k.status = 'processing' and ${workedOnCondition(sql, now)}) as worked_on,
-           k.stale_at, k.release_reason, k.summary,
+           k.stale_at,
            (${expired(sql, sql`params.now`, context.retentionSeconds)} or ${releasedExpired(sql, sql`params.now`, context.retentionSeconds)}) as past_retention,
            ${ownerAliveCondition(sql, now)} as owner_alive,
            pr.pid, pr.hostname, pr.started_at, pr.heartbeat_at,
@@ -167,12 +171,12 @@ export async function showKey(context: OperationsContext, tenant: string, key: s
     lockedAt: row.locked_at,
     completedAt: row.completed_at,
     releasedAt: row.released_at,
+    releaseReason: row.status === 'released' ? row.release_reason : null,
+    summary: row.summary,
     ageSeconds: row.age_seconds,
     stale: row.stale,
     deadline: row.stale_at,
     workedOn: row.worked_on,
-    releaseReason: row.release_reason,
-    summary: row.summary,
     retentionEndsAt: row.completed_at ?? row.released_at ? retentionEndOf((row.completed_at ?? row.released_at)!, context.retentionSeconds) : null,
     pastRetention: row.past_retention,
     owner: row.owner === null ? null : {

@@ -45,6 +45,8 @@ export function paymentsRoutes(options: PaymentsOptions) {
         502: problemAnswer(['provider-failed', 'provider-key-conflict'], 'The payment provider failed or refused; the key was released, so a retry runs again.'),
       },
     },
+    // What the admin shows of a key before its payment exists: who and how much, to look it up at the provider.
+    summary: (body) => ({ customer: body.customer, amount: body.amount, currency: body.currency }),
     // External step: the charge, under the request's deadline and with our
     // downstream key, so a re-execution gets the same charge back.
     act: ({ body, signal, idempotencyKey }) =>
@@ -54,8 +56,6 @@ export function paymentsRoutes(options: PaymentsOptions) {
       const payment = newPayment(tenant, body, charge.id, key)
       return { status: 201, headers: { location: `${PAYMENTS_ROUTE}/${payment.json.id}` }, body: payment.json, insert: { payments: [payment.row] } }
     },
-    // What an operator needs to find the charge at the provider, should the request be stuck.
-    summary: (body) => ({ customer: body.customer, amount: body.amount, currency: body.currency }),
   })
 
   return new Elysia({ name: 'payments' })

@@ -15,6 +15,7 @@
  */
 import pRetry, { AbortError } from 'p-retry'
 import { IdempotencyError } from '../core/errors'
+import { DeadlineExceededError } from '../core/deadline'
 import { parseCharge, sameTerms, type Charge, type ChargeRequest } from './charge'
 
 export type { Charge, ChargeRequest } from './charge'
@@ -35,6 +36,21 @@ export interface ProviderClientOptions {
   readonly fetch?: typeof fetch
   /** Requests sent at most for one charge, the first included. @default DEFAULT_MAX_ATTEMPTS */
   readonly maxAttempts?: number
+  /** Told of every HTTP call to the provider (each attempt), with its outcome and duration: the dependency metrics. @default none */
+  readonly observe?: (event: ProviderCallEvent) => void
+}
+
+/**
+ * One HTTP call's outcome: `ok` (the charge), `failed` (an answer that
+ * refuses or that we cannot use: 5xx, 422, a redirect, a malformed charge),
+ * `lost` (no answer: refused, reset, cut off), `deadline` (the request's
+ * deadline stopped it), `aborted` (a draining server stopped it).
+ */
+export type ProviderCallOutcome = 'ok' | 'failed' | 'lost' | 'deadline' | 'aborted'
+
+export interface ProviderCallEvent {
+  readonly outcome: ProviderCallOutcome
+  readonly seconds: number
 }
 
 /** The provider failed or refused: answered 502 by the service, its key released for a retry. */
@@ -78,8 +94,31 @@ export function providerClient(baseUrl: string, options: ProviderClientOptions =
   if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1) throw new RangeError('maxAttempts must be a whole number >= 1')
   const endpoint = `${baseUrl.replace(/\/+$/, '')}/v1/charges`
 
-  /** One attempt. Throws LostAnswer (retry) or AbortError(ProviderError) (stop). */
-  async function attempt(request: ChargeRequest, { idempotencyKey, signal }: ChargeOptions): Promise<Charge> {
+  /** One attempt, timed for `observe`. */
+  async function attempt(request: ChargeRequest, chargeOptions: ChargeOptions): Promise<Charge> {
+    const started = performance.now()
+    let outcome: ProviderCallOutcome = 'failed'
+    try {
+      const charge = await call(request, chargeOptions)
+      outcome = 'ok'
+      return charge
+    } catch (error) {
+      if (chargeOptions.signal.aborted) outcome = chargeOptions.signal.reason instanceof DeadlineExceededError ? 'deadline' : 'aborted'
+      else if (error instanceof LostAnswer) outcome = 'lost'
+      throw error
+    } finally {
+      if (options.observe) {
+        try {
+          options.observe({ outcome, seconds: (performance.now() - started) / 1000 })
+        } catch {
+          // counting never changes a charge
+        }
+      }
+    }
+  }
+
+  /** One HTTP call. Throws LostAnswer (retry) or AbortError(ProviderError) (stop). */
+  async function call(request: ChargeRequest, { idempotencyKey, signal }: ChargeOptions): Promise<Charge> {
     let status: number
     let text: string
     try {

@@ -1,4 +1,6 @@
 import postgres from 'postgres'
+import { errorText, log } from '../log'
+import { countedPool, PoolUsageCounter, type PoolUsage } from './pool-usage'
 
 export type Pool = postgres.Sql<Record<string, never>>
 
@@ -114,6 +116,8 @@ export interface Pools {
    * pool so a burst of completions never queues the claims and 409s.
    */
   readonly work: Pool
+  /** Connections in use and work waiting, per pool (pool-usage.ts), for the metrics. */
+  readonly usage?: { readonly short: PoolUsage; readonly work: PoolUsage }
   close(timeoutSeconds?: number): Promise<void>
 }
 
@@ -153,12 +157,14 @@ function connect(url: string, max: number, applicationName: string, pgbouncer: b
 export function openPools(url: string, options: PoolOptions = {}): Pools {
   const name = options.applicationName ?? 'idempotent-post'
   const pgbouncer = options.pgbouncer ?? false
-  const short = connect(url, options.shortMax ?? 8, `${name}:short`, pgbouncer)
-  const work = connect(url, options.workMax ?? 8, `${name}:work`, pgbouncer)
+  const usage = { short: new PoolUsageCounter(options.shortMax ?? 8), work: new PoolUsageCounter(options.workMax ?? 8) }
+  const short = countedPool(connect(url, usage.short.max, `${name}:short`, pgbouncer), usage.short)
+  const work = countedPool(connect(url, usage.work.max, `${name}:work`, pgbouncer), usage.work)
   if (pgbouncer) warnOnMissingSessionSettings(short)
   return {
     short,
     work,
+    usage,
     async close(timeoutSeconds = 5) {
       await Promise.all([short.end({ timeout: timeoutSeconds }), work.end({ timeout: timeoutSeconds })])
     },
@@ -176,10 +182,10 @@ function warnOnMissingSessionSettings(sql: Pool): void {
     const missing = await missingSessionSettings(sql)
     if (missing.length === 0) return
     const [who] = await sql<{ role: string; database: string }[]>`select current_user as role, current_database() as database`
-    console.error(`DATABASE_PGBOUNCER=1, but these session settings are not in force: ${missing.join(', ')}. ` +
-      `Run as an administrator:\n${sessionSettingsSql(who!.role, who!.database)}\n(docs/scaling.md)`)
+    log.error(`DATABASE_PGBOUNCER=1, but these session settings are not in force: ${missing.join(', ')}. ` +
+      `Run as an administrator:\n${sessionSettingsSql(who!.role, who!.database)}\n(docs/scaling.md)`, { missing })
   }
-  check().catch((error: unknown) => console.error(`DATABASE_PGBOUNCER=1: could not check the session settings: ${error instanceof Error ? error.message : String(error)}`))
+  check().catch((error: unknown) => log.error(`DATABASE_PGBOUNCER=1: could not check the session settings: ${errorText(error)}`, { error }))
 }
 
 /** True when the database answers within `timeoutMs`. */

@@ -167,13 +167,15 @@ describe('operations', () => {
     expect((await idem(['show', 'acme', 'no-such-key'])).code).toBe(1)
   })
 
-  test('expire releases a dead worker\'s key and records who did it, --actor included', async () => {
-    const run = await idem(['expire', 'acme', 'cli-stuck'])
+  test('expire releases a dead worker\'s key and records who did it, --actor included; one JSON log line per action on stderr', async () => {
+    const run = await idem(['expire', 'acme', 'cli-stuck', '--yes'])
     expect(run).toMatchObject({ code: 0 })
     expect(run.stdout).toContain('expired: the key was released')
+    const line = JSON.parse(run.stderr.trim().split('\n').at(-1)!)
+    expect(line).toMatchObject({ level: 'info', msg: 'operator action: force_expire', component: 'cli', actor: user, tenant: 'acme', key: 'cli-stuck', outcome: 'expired', audit_id: expect.any(String) })
     expect(await keyInProcessing(db.sql, 'acme', 'cli-stuck')).toBe(false)
     await stuckKey(db.sql, 'acme', 'cli-named', 600)
-    const named = JSON.parse((await idem(['expire', 'acme', 'cli-named', '--actor', 'night shift', '--json'])).stdout)
+    const named = JSON.parse((await idem(['expire', 'acme', 'cli-named', '--actor', 'night shift', '--json', '--yes'])).stdout)
     expect(named).toEqual({ outcome: 'expired', lease: expect.any(String), audit_id: expect.any(String) })
     const entries = await db.sql`select actor, action, outcome from idempotency_audit where key in ('cli-stuck', 'cli-named') order by id`
     expect([...entries]).toEqual([{ actor: user, action: 'force_expire', outcome: 'expired' }, { actor: 'cli:night shift', action: 'force_expire', outcome: 'expired' }])
@@ -185,7 +187,7 @@ describe('operations', () => {
     await worker`begin`
     await worker`select 1 from idempotency_keys where key = 'cli-held' for update`
     try {
-      const refused = await idem(['expire', 'acme', 'cli-held'])
+      const refused = await idem(['expire', 'acme', 'cli-held', '--yes'])
       expect(refused.code).toBe(1)
       expect(refused.stdout).toContain('live worker')
       const batch = await idem(['expire-stale', '--tenant', 'acme', '--yes', '--json'])
@@ -196,10 +198,10 @@ describe('operations', () => {
       worker.release()
     }
     expect(await keyInProcessing(db.sql, 'acme', 'cli-held')).toBe(true)
-    const missing = await idem(['expire', 'acme', 'no-such-key'])
+    const missing = await idem(['expire', 'acme', 'no-such-key', '--yes'])
     expect(missing.code).toBe(1)
     expect(missing.stderr).toContain('nothing done')
-    const oldLease = await idem(['expire', 'acme', 'cli-held', '--lease', String(BigInt(lease) + 1000n)])
+    const oldLease = await idem(['expire', 'acme', 'cli-held', '--lease', String(BigInt(lease) + 1000n), '--yes'])
     expect(oldLease.code).toBe(1)
     expect(oldLease.stdout).toContain('nothing done')
     expect(await keyInProcessing(db.sql, 'acme', 'cli-held')).toBe(true)
@@ -277,5 +279,69 @@ describe('operations', () => {
     } finally {
       await empty.drop()
     }
+  })
+})
+
+describe('dry runs and confirmations', () => {
+  /** Every key and audit row as it is: a dry run must leave all of it exactly so. */
+  const snapshot = async () => ({
+    keys: [...await db.sql`select tenant, key, status, lease::text, attempts, released_at, completed_at from idempotency_keys order by tenant, key`],
+    audit: (await db.sql`select count(*)::int as n from idempotency_audit`)[0]!.n as number,
+  })
+
+  test('--dry-run on expire, expire-stale and purge shows what would happen and changes nothing (rows counted before and after)', async () => {
+    await stuckKey(db.sql, 'acme', 'dry-stuck', 600)
+    await stuckKey(db.sql, 'globex', 'dry-stuck-2', 600)
+    await doneKey('dry-old', '2 hours')
+    const before = await snapshot()
+    expect(before.keys.filter((row) => row.status === 'processing').length).toBeGreaterThanOrEqual(2)
+
+    const expire = await idem(['expire', 'acme', 'dry-stuck', '--dry-run'])
+    expect(expire).toMatchObject({ code: 0 })
+    expect(expire.stdout).toContain('dry run, nothing done')
+    expect(expire.stdout).toContain('A force-expire would release the key now')
+    const stale = await idem(['expire-stale', '--dry-run'])
+    expect(stale).toMatchObject({ code: 0 })
+    expect(stale.stdout).toMatch(/dry run, nothing done:\n\d+ key\(s\) in processing are older than the server's TTL/)
+    expect(stale.stdout).toContain('dry-stuck-2')
+    const purge = await idem(['purge', '--dry-run'])
+    expect(purge).toMatchObject({ code: 0 })
+    expect(purge.stdout).toMatch(/[1-9]\d* completed and \d+ released key\(s\) are past the server's retention \(3600s\)/)
+    const jsonRun = await idem(['purge', '--dry-run', '--json'])
+    const json = JSON.parse(jsonRun.stdout)
+    expect(json, jsonRun.stdout).toMatchObject({ dry_run: true, retention_seconds: RETENTION })
+    expect(json.done).toBeGreaterThanOrEqual(1)
+
+    // Nothing acted, nothing audited, no action line.
+    for (const run of [expire, stale, purge]) expect(run.stderr).not.toContain('operator action')
+    expect(await snapshot()).toEqual(before)
+  })
+
+  test('expire without --yes refuses outside a terminal (exit 2); in a terminal it shows the key and asks', async () => {
+    await stuckKey(db.sql, 'acme', 'ask-stuck', 600)
+    const refused = await idem(['expire', 'acme', 'ask-stuck'])
+    expect(refused.code).toBe(2)
+    expect(refused.stderr).toContain('tenant acme, key ask-stuck, POST /api/payments')
+    expect(refused.stderr).toContain('refusing without --yes: not a terminal')
+    expect(await keyInProcessing(db.sql, 'acme', 'ask-stuck')).toBe(true)
+
+    const declined = await runScript(`'${BUN}' src/cli.ts expire acme ask-stuck --actor tty`, 'no')
+    expect(declined.code).toBe(1)
+    expect(declined.stdout).toContain('A force-expire would release the key now')
+    expect(declined.stdout).toContain('Type "yes" to go ahead')
+    expect(declined.stdout).toContain('not confirmed; nothing was done')
+    expect(await keyInProcessing(db.sql, 'acme', 'ask-stuck')).toBe(true)
+
+    const accepted = await runScript(`'${BUN}' src/cli.ts expire acme ask-stuck --actor tty`, 'yes')
+    expect(accepted.code).toBe(0)
+    expect(accepted.stdout).toContain('expired: the key was released')
+    expect(await keyInProcessing(db.sql, 'acme', 'ask-stuck')).toBe(false)
+  })
+
+  test('the purge preview says what a purge would do, not that it was done', async () => {
+    const refused = await idem(['purge'])
+    expect(refused.code).toBe(2)
+    expect(refused.stderr).toContain('A purge would delete them.')
+    expect(refused.stderr).not.toContain('They are deleted')
   })
 })

@@ -7,14 +7,15 @@ import { expect, test } from 'bun:test'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { ALERTS, EVALUATION_INTERVAL_SECONDS, STALE_KEYS_FOR_SECONDS, staleKeyDetection } from '../../dashboards/alert-definitions'
+import { ALERTS, EVALUATION_INTERVAL_SECONDS, OUTAGE_FOR_SECONDS, OUTAGE_PAGE_WITHIN_SECONDS, STALE_KEYS_FOR_SECONDS, outageDetection, staleKeyDetection } from '../../dashboards/alert-definitions'
 import { OUTPUTS } from '../../dashboards/build'
-import { DEFAULT_ADMIN_URL, DEFAULT_RUNBOOK_BASE_URL, SettingsError, settingsFromEnv } from '../../dashboards/settings'
+import { DEFAULT_ADMIN_URL, SettingsError, settingsFromEnv } from '../../dashboards/settings'
+import { loadRunbooks, OPERATORS_GUIDE } from '../../src/admin/runbooks'
 import { DEFAULT_TTL_SECONDS } from '../../src/config'
 import { metricNames } from './promql'
 
 const ROOT = join(import.meta.dir, '..', '..')
-const RUNBOOK = join(ROOT, DEFAULT_RUNBOOK_BASE_URL)
+const RUNBOOK = OPERATORS_GUIDE
 
 /** GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens. */
 function anchors(markdown: string): Map<string, string> {
@@ -34,8 +35,9 @@ function anchors(markdown: string): Map<string, string> {
 const prometheusRules = () => (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any).groups[0].rules as any[]
 const grafanaRules = () => (Bun.YAML.parse(readFileSync(OUTPUTS.grafanaAlerts, 'utf8')) as any).groups[0].rules as any[]
 
-test('every rule, Prometheus and Grafana, has a runbook_url whose anchor is a runbook section in docs/operators.md', () => {
+test('every rule, Prometheus and Grafana, has an absolute runbook_url: the page the service serves from its runbook section in docs/operators.md', () => {
   const sections = anchors(readFileSync(RUNBOOK, 'utf8'))
+  const served = loadRunbooks(readFileSync(RUNBOOK, 'utf8'))
   const rules = [
     ...prometheusRules().map((rule) => ({ name: `Prometheus ${rule.alert}`, annotations: rule.annotations })),
     ...grafanaRules().map((rule) => ({ name: `Grafana ${rule.title}`, annotations: rule.annotations })),
@@ -43,8 +45,10 @@ test('every rule, Prometheus and Grafana, has a runbook_url whose anchor is a ru
   expect(rules).toHaveLength(ALERTS.length * 2)
   for (const { name, annotations } of rules) {
     const url: string | undefined = annotations?.runbook_url
-    expect({ name, url: url?.split('#')[0] }).toEqual({ name, url: DEFAULT_RUNBOOK_BASE_URL })
-    const anchor = url!.split('#')[1]!
+    const alert = /^http:\/\/127\.0\.0\.1:3000\/admin\/runbooks\/([A-Za-z]+)$/.exec(url ?? '')?.[1]
+    expect({ name, url, absolute: alert !== undefined }).toEqual({ name, url, absolute: true })
+    expect({ name, served: served.has(alert!) }).toEqual({ name, served: true })
+    const anchor = alert!.toLowerCase()
     expect({ name, anchor, exists: sections.has(anchor) }).toEqual({ name, anchor, exists: true })
     const section = sections.get(anchor)!
     for (const part of ['What it means', 'What to check', 'What to click'])
@@ -112,27 +116,48 @@ test('with the defaults, a stale key alerts within TTL + 2 minutes of its worker
   expect(runbook).toContain(`at most **${time.notifiedSeconds} s**`)
 })
 
-test('ADMIN_URL and RUNBOOK_BASE_URL are validated, and `npm run dashboards -- <folder>` writes their links there', async () => {
-  expect(settingsFromEnv({})).toEqual({ adminUrl: DEFAULT_ADMIN_URL, runbookBaseUrl: DEFAULT_RUNBOOK_BASE_URL })
+test('the outage alerts (5xx share, readiness) page within 2 minutes of a database outage with the defaults, as their runbooks say', () => {
+  const time = outageDetection()
+  expect(time.notifiedSeconds).toBeLessThanOrEqual(OUTAGE_PAGE_WITHIN_SECONDS)
+  const rules = (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any).groups[0].rules
+  for (const name of ['IdempotencyServerErrorsHigh', 'IdempotencyNotReady']) {
+    const rule = rules.find((candidate: any) => candidate.alert === name)
+    expect({ name, for: rule.for, severity: rule.labels.severity }).toEqual({ name, for: `${OUTAGE_FOR_SECONDS}s`, severity: 'page' })
+    const runbook = anchors(readFileSync(RUNBOOK, 'utf8')).get(name.toLowerCase())!
+    expect({ name, said: runbook.includes(`at most **${time.notifiedSeconds} s**`) }).toEqual({ name, said: true })
+  }
+})
+
+test('one setting, ADMIN_URL or --admin-url, is validated, and `npm run dashboards -- [--admin-url URL] <folder>` writes every link from it', async () => {
+  expect(settingsFromEnv({})).toEqual({ adminUrl: DEFAULT_ADMIN_URL })
   expect(settingsFromEnv({ ADMIN_URL: 'https://pay.example.com/' }).adminUrl).toBe('https://pay.example.com')
+  expect(settingsFromEnv({ ADMIN_URL: 'https://a.example' }, { adminUrl: 'https://b.example' }).adminUrl).toBe('https://b.example')
   expect(() => settingsFromEnv({ ADMIN_URL: 'pay.example.com' })).toThrow(SettingsError)
   expect(() => settingsFromEnv({ ADMIN_URL: 'ftp://pay.example.com' })).toThrow(/^ADMIN_URL /)
-  expect(() => settingsFromEnv({ RUNBOOK_BASE_URL: 'https://wiki/ops#x' })).toThrow(/^RUNBOOK_BASE_URL /)
+  expect(() => settingsFromEnv({}, { adminUrl: 'https://pay.example.com/{{ x }}' })).toThrow(/^--admin-url /)
+  expect(() => settingsFromEnv({ RUNBOOK_BASE_URL: 'https://wiki/ops' })).toThrow(/^RUNBOOK_BASE_URL /)
 
   const folder = mkdtempSync(join(tmpdir(), 'idem-dashboards-'))
   try {
     const committed = readFileSync(OUTPUTS.prometheusRules, 'utf8')
-    const env = { ...process.env, ADMIN_URL: 'https://pay.example.com', RUNBOOK_BASE_URL: 'https://git.example.com/idem/blob/main/docs/operators.md' }
-    const build = Bun.spawn(['bun', join(ROOT, 'dashboards', 'build.ts'), folder], { env, stdout: 'pipe', stderr: 'pipe' })
-    expect(await build.exited).toBe(0)
-    const rules = Bun.YAML.parse(readFileSync(join(folder, 'prometheus-rules.yml'), 'utf8')) as any
-    const stale = rules.groups[0].rules.find((rule: any) => rule.alert === 'IdempotencyStaleProcessingKeys')
-    expect(stale.annotations.admin_url).toBe('https://pay.example.com/admin?tenant={{ $labels.tenant }}&stale=1')
-    expect(stale.annotations.runbook_url).toBe('https://git.example.com/idem/blob/main/docs/operators.md#idempotencystaleprocessingkeys')
-    expect(readFileSync(join(folder, 'grafana-alerts.yml'), 'utf8')).toContain('https://pay.example.com/admin')
+    for (const [how, args, env] of [
+      ['env', [folder], { ...process.env, ADMIN_URL: 'https://pay.example.com' }],
+      ['flag', ['--admin-url', 'https://pay.example.com', folder], { ...process.env, ADMIN_URL: '' }],
+    ] as const) {
+      const build = Bun.spawn(['bun', join(ROOT, 'dashboards', 'build.ts'), ...args], { env, stdout: 'pipe', stderr: 'pipe' })
+      expect({ how, code: await build.exited }).toEqual({ how, code: 0 })
+      const rules = Bun.YAML.parse(readFileSync(join(folder, 'prometheus-rules.yml'), 'utf8')) as any
+      const stale = rules.groups[0].rules.find((rule: any) => rule.alert === 'IdempotencyStaleProcessingKeys')
+      expect(stale.annotations.admin_url).toBe('https://pay.example.com/admin?tenant={{ $labels.tenant }}&stale=1')
+      expect(stale.annotations.runbook_url).toBe('https://pay.example.com/admin/runbooks/IdempotencyStaleProcessingKeys')
+      expect(readFileSync(join(folder, 'grafana-alerts.yml'), 'utf8')).toContain('https://pay.example.com/admin/runbooks/IdempotencyNotReady')
+      const board = JSON.parse(readFileSync(join(folder, 'idempotency-dashboard.json'), 'utf8'))
+      expect(board.links.map((link: any) => link.url)).toEqual(['https://pay.example.com/admin', 'https://pay.example.com/admin/released?reason=deadline', 'https://pay.example.com/admin/runbooks'])
+      expect(readFileSync(join(folder, 'prometheus-rules.yml'), 'utf8')).not.toContain('127.0.0.1')
+    }
     expect(readFileSync(OUTPUTS.prometheusRules, 'utf8')).toBe(committed) // the committed files keep the defaults
 
-    const bad = Bun.spawn(['bun', join(ROOT, 'dashboards', 'build.ts'), folder], { env: { ...env, ADMIN_URL: 'nope' }, stdout: 'pipe', stderr: 'pipe' })
+    const bad = Bun.spawn(['bun', join(ROOT, 'dashboards', 'build.ts'), folder], { env: { ...process.env, ADMIN_URL: 'nope' }, stdout: 'pipe', stderr: 'pipe' })
     expect(await bad.exited).toBe(2)
     expect(await new Response(bad.stderr).text()).toContain('ADMIN_URL')
   } finally {

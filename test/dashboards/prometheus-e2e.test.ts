@@ -111,8 +111,10 @@ test('a worker killed mid-request strands its key, and the stale-keys alert fire
   expect(firing.annotations).toMatchObject({
     summary: 'Tenant acme: 1 idempotency key(s) stuck in processing',
     admin_url: 'http://127.0.0.1:3000/admin?tenant=acme&stale=1',
-    runbook_url: 'docs/operators.md#idempotencystaleprocessingkeys',
+    runbook_url: 'http://127.0.0.1:3000/admin/runbooks/IdempotencyStaleProcessingKeys',
   })
+  // The text names the TTL the server runs with (1 s here), read from idempotency_ttl_seconds when it fired.
+  expect(firing.annotations.description).toContain('for longer than the TTL (1 s)')
 
   // A retry reclaims the key; the gauge drops to 0 and the alert resolves.
   const retry = await postPayment(scraped.url, payment(), { key })

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, beforeEach, expect, test } from 'bun:test'
+import { createLogger } from '../../src/log'
 import { DatabaseGauges } from '../../src/metrics/gauges'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { createKey, fingerprintOf, identity } from '../support/keys'
@@ -83,7 +84,7 @@ test('concurrent scrapes share one query, and the cache holds for its interval',
 test('a database that does not answer in time: the scrape answers with the last values and the failure flag', async () => {
   await createKey(db.sql, identity(), { status: 'processing', lockedAt: ago(120) })
   const lines: string[] = []
-  const g = gauges({ timeoutMs: 200, log: (line) => lines.push(line) })
+  const g = gauges({ timeoutMs: 200, log: createLogger({ sink: (line) => lines.push(line) }) })
   expect(sample(await scrape(g), 'idempotency_stale_processing_keys', { tenant: 'acme' })).toBe(1)
 
   // An ACCESS EXCLUSIVE lock (as a careless ALTER TABLE takes) blocks every read of the table.

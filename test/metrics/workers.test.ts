@@ -66,6 +66,9 @@ test('every scrape shows the sum over all workers, whichever worker answers it',
     // the database gauges are global: once, not once per worker, and not summed
     expect(text.match(/^idempotency_stale_processing_keys\{tenant="acme"\} /gm)?.length).toBe(1)
     expect(sample(text, 'idempotency_stale_processing_keys', { tenant: 'acme' })).toBe(0)
+    // the TTL is each worker's same setting: its value, never the sum over the workers (60)
+    expect(sample(text, 'idempotency_ttl_seconds')).toBe(30)
+    expect(sample(text, 'idempotency_ready')).toBe(1)
   }
 }, 60_000)
 

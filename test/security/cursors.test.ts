@@ -65,7 +65,7 @@ describe('the payments list', () => {
 describe('the admin key list', () => {
   test('a tampered but well-formed cursor is a 400 on the JSON API and on the page, never a 500', async () => {
     for (const at of IMPOSSIBLE) {
-      const cursor = encodeKeyCursor({ staleAt: at, tenant: 'acme', key: 'k' })
+      const cursor = encodeKeyCursor({ at, tenant: 'acme', key: 'k' })
       const fromApi = await api(url, `/admin/api/keys?cursor=${cursor}`, { token: ADMIN_TOKEN })
       expect({ at, status: fromApi.status }).toEqual({ at, status: 400 })
       expect(await fromApi.json()).toMatchObject({ code: 'invalid-query' })

@@ -111,9 +111,13 @@ describe('the service in production', () => {
     const results = await Promise.all(REFUSALS.map(async ([label, env, variable]) => ({ label, variable, ...(await start(env)) })))
     for (const { label, variable, code, stdout, stderr } of results) {
       expect({ label, code }).toEqual({ label, code: 2 })
-      expect({ label, stderr: stderr.trim() }).toEqual({ label, stderr: expect.stringMatching(new RegExp(`^configuration error: ${variable}: `)) })
+      // One JSON line on stderr (src/log.ts), its message naming the variable.
+      const line = JSON.parse(stderr.trim()) as { level: string; msg: string; variable: string }
+      expect({ label, level: line.level, msg: line.msg, variable: line.variable })
+        .toEqual({ label, level: 'error', msg: expect.stringMatching(new RegExp(`^configuration error: ${variable}: `)), variable })
       // Nothing was started: no embedded PostgreSQL, no simulator, no banner.
-      expect({ label, stdout }).toEqual({ label, stdout: '' })
+      const said = stdout.split('\n').filter(Boolean).map((text) => (JSON.parse(text) as { msg: string }).msg)
+      expect({ label, said }).toEqual({ label, said: said.filter((msg) => msg === 'stopped') })
     }
   }, 60_000)
 

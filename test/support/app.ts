@@ -10,9 +10,10 @@
  */
 import { loadConfig } from '../../src/config'
 import { createMetrics, type Metrics } from '../../src/metrics/registry'
-import { buildApp, serve, type App, type AppDependencies } from '../../src/server'
+import { buildApp, serve, serviceFetch, type App, type AppDependencies } from '../../src/server'
 import type { TestDatabase } from './db'
 import { NO_TENANT_LIMITS } from './process'
+import type { Logger } from '../../src/log'
 import { ADMIN_TOKEN, API_KEYS, startProvider, type ProviderFaults, type ProviderHandle } from './server'
 
 /** The origin of requests sent with `handle`: any will do, nothing listens there. */
@@ -24,7 +25,7 @@ export interface InProcessService {
   readonly app: App
   readonly metrics: Metrics
   readonly provider: ProviderHandle
-  /** One request through `app.handle`: no socket, no process. */
+  /** One request through the service's fetch (serviceFetch: request ids, HTTP metrics, the app): no socket, no process. */
   handle(request: Request): Promise<Response>
   /** `fetch` for a path of this service, through `handle`. */
   fetch(path: string, init?: RequestInit): Promise<Response>
@@ -44,6 +45,10 @@ export interface AppOptions {
   /** Charge through this provider (stopped by its owner); else one is started with `faults`, and stopped with the app. */
   readonly provider?: ProviderHandle
   readonly faults?: ProviderFaults
+  /** Where the app's lines go (tests collect them). @default the process logger (stdout) */
+  readonly log?: Logger
+  /** The database gate (store/health.ts); `{ up: false }` answers 503 at once as while the database is away. */
+  readonly health?: AppDependencies['health']
 }
 
 export async function startApp(db: TestDatabase, options: AppOptions = {}): Promise<InProcessService> {
@@ -52,10 +57,14 @@ export async function startApp(db: TestDatabase, options: AppOptions = {}): Prom
     API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test', HOST: '127.0.0.1', PORT: '0', TEST_ALLOW_PORT_0: '1',
     DATABASE_URL: db.url, PAYMENT_PROVIDER_URL: provider.url, ...NO_TENANT_LIMITS, ...options.env,
   })
-  const deps: AppDependencies = { config, pools: db.pools, metrics: createMetrics() }
+  const deps: AppDependencies = {
+    config, pools: db.pools, metrics: createMetrics(),
+    ...(options.log ? { log: options.log } : {}), ...(options.health ? { health: options.health } : {}),
+  }
   const app = buildApp(deps)
   let server: ReturnType<typeof serve> | undefined
-  const handle = (request: Request) => app.handle(request)
+  // As serve() answers: request ids and the edge's log line around the HTTP metrics around the app.
+  const handle = serviceFetch(app, deps)
   return {
     url: IN_PROCESS_ORIGIN,
     app,

@@ -8,6 +8,7 @@ import { Layout, type Operator } from '../layout'
 import { auditHref, confirmExpireHref, listHref } from '../links'
 import type { KeyFilters } from '../../operations/filters'
 import { OutcomeNotice } from './audit'
+import type { ReleaseReason } from '../../core/release'
 
 export interface KeyDetailPageProps {
   readonly operator: Operator
@@ -21,6 +22,20 @@ export interface KeyDetailPageProps {
 }
 
 const STATUS_TAG: Record<string, string> = { processing: 'fresh', done: 'ok', released: 'bad' }
+
+/** Why the key was released, in words; "deadline" says what the operator must weigh. */
+export const RELEASE_TEXT: Record<ReleaseReason, string> = {
+  failed: 'its execution failed',
+  deadline: 'after its deadline: the provider may have charged; a retry with this key gets that charge, or ask the provider with the downstream key',
+  shutdown: 'stopped by a server shutdown: the provider may have charged',
+  lost_claim: 'its claim\'s answer was lost: nothing ran under it',
+  force_expired: 'force-expired by an operator (the audit trail says who): the provider may have charged',
+}
+
+/** The route's summary as `name value, name value` (client-chosen text: rendered with `safe`). */
+export function summaryText(summary: Readonly<Record<string, unknown>>): string {
+  return Object.entries(summary).map(([name, value]) => `${name} ${typeof value === 'string' ? value : JSON.stringify(value)}`).join(', ')
+}
 
 export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
   const { detail } = props
@@ -37,10 +52,12 @@ export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
         </dd>
         <dt>Request</dt><dd class="mono" safe>{`${detail.method} ${detail.path}`}</dd>
         <dt>Request summary</dt>
-        <dd>
+        <dd id="request-summary">
           {detail.payment
             ? <span safe>{`customer ${detail.payment.customer}, ${detail.payment.amount} ${detail.payment.currency} (minor units)`}</span>
-            : <span class="muted">Not stored until the key completes: the service keeps only the request's fingerprint, and a payment (with its customer and amount) exists only once its key is done.</span>}
+            : detail.summary
+              ? <span safe>{summaryText(detail.summary)}</span>
+              : <span class="muted">None stored: the route keeps no summary, or the key was claimed before summaries were kept. The service keeps only the request's fingerprint.</span>}
         </dd>
         <dt>Fingerprint</dt><dd class="mono" safe>{detail.fingerprint}</dd>
         <dt>Attempts</dt><dd>{detail.attempts}{detail.attempts > 1 ? <span class="muted"> (re-run after a reclaim or a release: if its worker keeps dying, keep the key for the developers)</span> : ''}</dd>
@@ -53,7 +70,7 @@ export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
         <dd safe>{ownerText(detail)}</dd>
         <dt>Created</dt><dd class="mono" safe>{time(detail.createdAt)}</dd>
         {detail.completedAt ? <><dt>Completed</dt><dd class="mono" safe>{time(detail.completedAt)}</dd></> : ''}
-        {detail.releasedAt ? <><dt>Released</dt><dd class="mono" safe>{time(detail.releasedAt)}</dd></> : ''}
+        {detail.releasedAt ? <><dt>Released</dt><dd class="mono" safe>{`${time(detail.releasedAt)}${detail.releaseReason ? ` (${RELEASE_TEXT[detail.releaseReason]})` : ''}`}</dd></> : ''}
         {detail.retentionEndsAt
           ? <><dt>Replayed until</dt><dd class="mono" safe>{`${time(detail.retentionEndsAt)} (retention ${props.retentionSeconds}s)${detail.pastRetention ? ': passed, to purge' : ''}`}</dd></>
           : ''}

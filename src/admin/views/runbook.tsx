@@ -1,0 +1,28 @@
+/** The alert runbooks (admin/runbooks.ts): the index, and one alert's section of docs/operators.md. */
+import { escapeHtml } from '@kitajs/html'
+import { Layout, type Operator } from '../layout'
+import { runbookPath, type Runbook } from '../runbooks'
+
+export function RunbookIndexPage({ operator, runbooks }: { operator: Operator; runbooks: readonly Runbook[] }): JSX.Element {
+  return (
+    <Layout title="Runbooks · admin" operator={operator}>
+      <h2>Alert runbooks</h2>
+      <p class="muted">One per alert of dashboards/prometheus-rules.yml and grafana-alerts.yml (their runbook_url points here), from docs/operators.md.</p>
+      <ul id="runbooks">
+        {runbooks.map((runbook) => <li><a href={escapeHtml(runbookPath(runbook.alert))} safe>{runbook.alert}</a></li>)}
+      </ul>
+    </Layout>
+  )
+}
+
+export function RunbookPage({ operator, runbook }: { operator: Operator; runbook: Runbook }): JSX.Element {
+  // Rendered by admin/runbooks.ts with every raw tag escaped and every link kept on this origin.
+  const safeSection = runbook.html
+  return (
+    <Layout title={`${runbook.alert} · runbook`} operator={operator}>
+      <p><a href="/admin/runbooks">← All runbooks</a></p>
+      <h2 id="runbook-title" safe>{`Runbook: ${runbook.alert}`}</h2>
+      <article id="runbook" class="runbook">{safeSection}</article>
+    </Layout>
+  )
+}
