@@ -6,18 +6,21 @@
  * result with src/operations/json.ts, the same JSON the CLI prints.
  */
 import { Elysia } from 'elysia'
-import { problem, problemResponse } from '../http/problem'
+import { problemResponse } from '../http/problem'
 import type { Operations } from '../operations'
 import { parseAuditFilters } from '../operations/audit'
 import { parseKeyFilters } from '../operations/filters'
 import { auditJson, auditPageJson, countsJson, expireStaleJson, forceExpireJson, keyDetailJson, keyPageJson, purgeJson } from '../operations/json'
 import { ApiUnauthorizedError, NotFoundError } from './errors'
+import { ADMIN_PROBLEMS } from './problems'
 import { ApiCountsQuery, ApiExpireBody, ApiExpireStaleBody, ApiKeysQuery, AuditEntryParams, AuditQuery, KeyParams, KeyQuery } from './schemas'
 import { validName, type SessionKeys } from './session'
 
 export interface AdminDeps {
   readonly ops: Operations
   readonly keys: SessionKeys
+  /** This API's OpenAPI document (api-docs.ts), when the service describes it. */
+  readonly openApiDocument?: () => unknown
 }
 
 /** Scripts may name themselves for the audit trail (X-Admin-Actor); the name is checked like a sign-in name. */
@@ -28,7 +31,7 @@ function actorOf(request: Request): string {
 
 const limitOf = (raw: string | undefined): number | undefined => (raw === undefined ? undefined : Number(raw))
 
-export function adminApi({ ops, keys }: AdminDeps) {
+export function adminApi({ ops, keys, openApiDocument }: AdminDeps) {
   const detail = async (tenant: string, key: string) => {
     const found = await ops.show(tenant, key)
     if (!found) throw new NotFoundError('No key with this tenant and key.')
@@ -58,8 +61,8 @@ export function adminApi({ ops, keys }: AdminDeps) {
       const lease = String(body.lease)
       const result = await ops.forceExpire({ tenant: body.tenant, key: body.key, lease }, actor)
       const json = forceExpireJson(result, lease)
-      if (result.outcome === 'worker_alive') return problemResponse(problem('worker-alive', undefined, json))
-      if (result.outcome === 'unchanged') return problemResponse(problem('key-changed', undefined, json))
+      if (result.outcome === 'worker_alive') return problemResponse(ADMIN_PROBLEMS.problem('worker-alive', undefined, json))
+      if (result.outcome === 'unchanged') return problemResponse(ADMIN_PROBLEMS.problem('key-changed', undefined, json))
       return json
     }, { body: ApiExpireBody })
     .post('/keys/expire-stale', async ({ body, actor }) => {
@@ -67,4 +70,8 @@ export function adminApi({ ops, keys }: AdminDeps) {
       return expireStaleJson(await ops.expireStale({ asOf, tenant: body.tenant?.trim() || undefined }, actor))
     }, { body: ApiExpireStaleBody })
     .post('/purge', async ({ actor }) => purgeJson(await ops.purge(actor)))
+    .get('/openapi.json', () => {
+      if (!openApiDocument) throw new NotFoundError('This server does not describe its admin API.')
+      return Response.json(openApiDocument())
+    }, { detail: { hide: true } })
 }

@@ -35,6 +35,8 @@ export interface AdminOptions {
   readonly metrics?: Metrics
   /** Tests move the clock with this. @default the database's now() */
   readonly now?: () => Date | undefined
+  /** The admin JSON API's OpenAPI document, served at /admin/api/openapi.json behind the API's credentials. @default none */
+  readonly openApiDocument?: () => unknown
 }
 
 /** The admin as an app of its own; `adminRoutes` mounts it. Tests may call `.handle()` on it directly. */
@@ -47,7 +49,7 @@ export function adminApp(options: AdminOptions) {
     purgedKeys: options.metrics?.purgedKeys,
   })
   const keys = new SessionKeys(options.adminToken)
-  const deps = { ops, keys }
+  const deps = { ops, keys, ...(options.openApiDocument ? { openApiDocument: options.openApiDocument } : {}) }
 
   return new Elysia({ name: 'admin-app' })
     .use(html({ autoDetect: false }))

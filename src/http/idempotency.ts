@@ -13,12 +13,11 @@ import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
 import { DEFAULT_MAX_BODY_BYTES, readJsonBody } from './body'
 import { notify, type IdempotencyHooks, type Outcome } from './outcomes'
-import { detail, IdempotencyKey, idempotentOperation, type RouteDocs } from './operation'
-import { isProblemCode, problem, problemResponse, PROBLEM_CONTENT_TYPE, type Problem } from './problem'
+import { parseIdempotencyKey } from './idempotency-key'
+import { detail, idempotentOperation, type RouteDocs } from './operation'
+import { PLUGIN_PROBLEMS, problem, ProblemError, problemResponse, PROBLEM_CONTENT_TYPE, type Problem, type ProblemCatalogue } from './problem'
 import type { InFlight } from './in-flight'
 
-/** SPEC: Idempotency-Key is 1..255 printable ASCII characters without space; the OpenAPI document shows the same pattern. */
-const KEY_PATTERN = new RegExp(IdempotencyKey.pattern!)
 /**
  * How long a failed request waits for its key's release before answering
  * anyway: the release is one statement; if the database cannot take it in
@@ -113,6 +112,13 @@ export interface IdempotentRoute<Body, Result> {
   /** What the OpenAPI document says of this route besides what the plugin knows: its own answers (the 201), summary, tags. */
   readonly docs?: RouteDocs
   /**
+   * The route's own problem codes (`defineProblems`): an error thrown by `act`
+   * whose `code` is one of them (an IdempotencyError's `PROVIDER_FAILED` is
+   * `provider-failed`) is answered with it. A `ProblemError` is answered with
+   * its problem whatever its catalogue. @default the plugin's codes only
+   */
+  readonly problems?: ProblemCatalogue<string>
+  /**
    * The external step: foreign calls (a payment provider), with no database
    * connection held and no transaction open. Pass `signal` and
    * `idempotencyKey` on. Throwing fails the request (5xx) and releases the key.
@@ -150,6 +156,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   const budgetMs = executionBudgetMs(ttlSeconds)
   const { pools, hooks = {} } = options
   const validate = route.validate ?? schemaValidator(route.body)
+  const catalogue: ProblemCatalogue<string> = route.problems ? PLUGIN_PROBLEMS.with(route.problems) : PLUGIN_PROBLEMS
   const event = { route: route.path }
 
   function count(outcome: Outcome, started: number): void {
@@ -165,11 +172,11 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       return problemResponse(answer)
     }
 
-    const key = request.headers.get('idempotency-key')
+    const field = parseIdempotencyKey(request.headers.get('idempotency-key'))
     const body = await readJsonBody(request, maxBodyBytes)
     if (!body.ok) return refuse(body.problem)
-    if (key === null) return refuse(problem('missing-idempotency-key'))
-    if (!KEY_PATTERN.test(key)) return refuse(problem('invalid-idempotency-key'))
+    if (!field.ok) return refuse(problem(field.reason === 'missing' ? 'missing-idempotency-key' : 'invalid-idempotency-key'))
+    const { key } = field
     const valid = validate(body.value, body.text)
     if (!valid.ok) return refuse(problem('invalid-body', undefined, { errors: valid.errors }))
 
@@ -264,10 +271,12 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       return problemResponse(problem('database-unavailable', `The database is unavailable; ${after}.`))
     if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE)
       return problemResponse(problem('in-progress', 'The key is busy; retry shortly.'))
-    // An error with a catalogued code (e.g. provider-failed, 502) is answered as such; any other is internal.
+    // A problem the route chose, or an error with a catalogued code (e.g. provider-failed, 502); any other is internal.
+    if (error instanceof ProblemError)
+      return problemResponse({ ...error.problem, detail: `${error.problem.detail ?? error.problem.title}; ${after}.` })
     const code = error instanceof IdempotencyError ? error.code.toLowerCase().replaceAll('_', '-') : ''
-    if (error instanceof IdempotencyError && error.status >= 500 && isProblemCode(code))
-      return problemResponse(problem(code, `${error.message}; ${after}.`))
+    if (error instanceof IdempotencyError && error.status >= 500 && catalogue.has(code))
+      return problemResponse(catalogue.problem(code, `${error.message}; ${after}.`))
     console.error(`idempotent ${route.path}: processing failed:`, error instanceof Error ? error.message : error)
     return problemResponse(problem('internal', `Processing failed; ${after}.`))
   }
@@ -275,7 +284,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   return new Elysia({ name: 'idempotent-post', seed: route.path })
     .post(route.path, function idempotentHandler({ request }) { return handle(request) }, {
       parse: 'none',
-      detail: detail(idempotentOperation(route.body, route.docs ?? {}, ttlSeconds)),
+      detail: detail(idempotentOperation(route.body, route.docs ?? {}, { ttlSeconds, retentionSeconds })),
     })
 }
 

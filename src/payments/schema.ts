@@ -10,6 +10,10 @@ export const DEFAULT_LIMIT = 20
 export const MAX_LIMIT = 100
 /** A customer id: 1 to 64 characters (the payments table checks the same). */
 export const CUSTOMER_MAX_LENGTH = 64
+/** The payments table checks the same. */
+export const DESCRIPTION_MAX_LENGTH = 500
+/** The payments table's provider_ref: any provider's charge id, not only our simulator's. */
+const PROVIDER_REFERENCE_MAX_LENGTH = 255
 
 const Amount = Type.Integer({ minimum: 1, maximum: MAX_AMOUNT, description: 'Minor units (cents), written as a whole number: no fraction, no exponent.' })
 const Currency = Type.String({ pattern: '^[A-Z]{3}$', description: 'ISO 4217 code, upper case.', examples: ['EUR'] })
@@ -21,7 +25,8 @@ export const NewPayment = Type.Object(
     amount: Amount,
     currency: Currency,
     customer: Customer,
-    description: Type.Optional(Type.String({ maxLength: 500 })),
+    // null, what every answer carries when there is none, means none: a client may send back what it got.
+    description: Type.Optional(Type.Union([Type.String({ maxLength: DESCRIPTION_MAX_LENGTH }), Type.Null()], { description: 'Up to 500 characters; null or absent: none.' })),
   },
   { additionalProperties: false, title: 'NewPayment' },
 )
@@ -36,10 +41,10 @@ export const Payment = Type.Object(
     amount: Amount,
     currency: Currency,
     customer: Customer,
-    description: Type.Union([Type.String({ maxLength: 500 }), Type.Null()]),
+    description: Type.Union([Type.String({ maxLength: DESCRIPTION_MAX_LENGTH }), Type.Null()]),
     status: Type.Literal('succeeded'),
-    provider_reference: Type.String({ minLength: 1, maxLength: 64, description: 'The payment provider\'s charge id.' }),
-    created_at: Type.String({ description: 'ISO 8601, UTC.' }),
+    provider_reference: Type.String({ minLength: 1, maxLength: PROVIDER_REFERENCE_MAX_LENGTH, description: 'The payment provider\'s charge id.' }),
+    created_at: Type.String({ format: 'date-time', description: 'RFC 3339 (ISO 8601) in UTC, with milliseconds.', examples: ['2026-12-01T00:50:46.069Z'] }),
   },
   { additionalProperties: false, title: 'Payment' },
 )
