@@ -57,7 +57,7 @@ interface Row {
  * Reads only: takes no row lock, so it never delays a worker or a claim.
  * Order and keyset are (locked_at, tenant, key): unique, so no key is shown
  * twice or skipped across pages while keys come and go. The partial index
- * idempotency_keys_processing (sql/00001) serves exactly this order, so a
+ * idempotency_keys_processing (sql/engine/00001) serves exactly this order, so a
  * deep page reads `limit` index entries, never the rows before it.
  */
 export async function listKeys(context: OperationsContext, filters: KeyFilters, page: PageRequest = {}): Promise<KeyPage> {
