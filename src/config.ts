@@ -127,14 +127,16 @@ function randomToken(): string {
 export interface DatabaseConfig {
   readonly databaseUrl: string | undefined
   readonly databasePgbouncer: boolean
+  /** Data directory of the embedded PostgreSQL, used when DATABASE_URL is unset (EMBEDDED_PG_DIR, default .data/pg). */
+  readonly embeddedDir: string
 }
 
-/** DATABASE_URL and DATABASE_PGBOUNCER, validated as the server validates them (loadConfig calls this). */
+/** DATABASE_URL, DATABASE_PGBOUNCER and EMBEDDED_PG_DIR, validated as the server validates them (loadConfig calls this). */
 export function loadDatabaseConfig(env: Env = process.env): DatabaseConfig {
   const databaseUrl = env.DATABASE_URL?.trim() || undefined
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl))
     throw new ConfigError('DATABASE_URL', 'must be a postgres:// or postgresql:// URL')
-  return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1 }
+  return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1, embeddedDir: env.EMBEDDED_PG_DIR?.trim() || DEFAULT_EMBEDDED_DIR }
 }
 
 export function loadConfig(env: Env = process.env): Config {
@@ -147,7 +149,7 @@ export function loadConfig(env: Env = process.env): Config {
   const adminToken = env.ADMIN_TOKEN
   if (adminToken !== undefined && adminToken !== '' && adminToken.length < 8)
     throw new ConfigError('ADMIN_TOKEN', 'must be at least 8 characters')
-  const { databaseUrl, databasePgbouncer } = loadDatabaseConfig(env)
+  const { databaseUrl, databasePgbouncer, embeddedDir } = loadDatabaseConfig(env)
   return Object.freeze({
     databaseUrl,
     databasePgbouncer,
@@ -170,7 +172,7 @@ export function loadConfig(env: Env = process.env): Config {
     metricsCacheMs: integer(env, 'METRICS_CACHE_MS', DEFAULT_METRICS_CACHE_MS, 0, 3_600_000),
     benchBaselineRoute: integer(env, 'BENCH_BASELINE_ROUTE', 0, 0, 1) === 1,
     purgeIntervalMs: integer(env, 'PURGE_INTERVAL_MS', DEFAULT_PURGE_INTERVAL_MS, 100, 86_400_000),
-    embeddedDir: env.EMBEDDED_PG_DIR?.trim() || DEFAULT_EMBEDDED_DIR,
+    embeddedDir,
     embeddedPort: integer(env, 'EMBEDDED_PG_PORT', DEFAULT_EMBEDDED_PORT, 1, 65535),
     production,
   })
