@@ -71,12 +71,12 @@ async function main(): Promise<number> {
     if (!isWorker && config.databasePgbouncer) {
       // No migrations through PgBouncer (store/migrate.ts checkSchema says why).
       const { checkSchema, describeVersions } = await import('./store/migrate')
-      log(`schema at ${describeVersions(await checkSchema(databaseUrl, { prepare: false }))} (checked; DATABASE_PGBOUNCER=1 does not migrate)`)
+      log(`schema at migrations ${describeVersions(await checkSchema(databaseUrl, { prepare: false }))} (checked; DATABASE_PGBOUNCER=1 does not migrate)`)
       if (stopped()) return 0
     } else if (!isWorker) {
       const { describeVersions, migrateService } = await import('./store/migrate')
       const { applied, versions, adopted } = await migrateService(databaseUrl)
-      log(`schema at ${describeVersions(versions)}${applied ? ` (${applied} applied)` : ''}${adopted ? ' (the single-line layout of earlier releases recorded in the new lines)' : ''}`)
+      log(`schema at migrations ${describeVersions(versions)}${applied ? ` (${applied} applied)` : ''}${adopted ? ' (the single-line layout of earlier releases recorded in the new lines)' : ''}`)
       if (stopped()) return 0
     }
     // Never in a worker: its supervisor passes the URL of the one simulator.

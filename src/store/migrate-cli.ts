@@ -6,7 +6,7 @@ const embedded = process.env.DATABASE_URL ? undefined : await startEmbedded({ lo
 try {
   const { applied, versions, adopted } = await migrateService(process.env.DATABASE_URL || embedded!.url)
   if (adopted) console.log('the single-line layout of earlier releases (table migrations) was recorded in idempotency_migrations and service_migrations')
-  console.log(`schema at ${describeVersions(versions)} (${applied} applied)`)
+  console.log(`schema at migrations ${describeVersions(versions)} (${applied} applied)`)
 } catch (error) {
   console.error(`migration failed: ${error instanceof Error ? error.message : error}`)
   process.exitCode = 1
