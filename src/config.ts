@@ -21,7 +21,7 @@ export const DEFAULT_PURGE_INTERVAL_MS = 60_000
 export const DEFAULT_EMBEDDED_DIR = '.data/pg'
 /** Off the standard 5432, so it never collides with a PostgreSQL already installed. */
 export const DEFAULT_EMBEDDED_PORT = 54329
-/** Where the bundled provider simulator listens when PAYMENT_PROVIDER_URL is unset (SPEC). */
+/** Where the bundled provider simulator listens when PAYMENT_PROVIDER_URL is unset (README, Configuration). */
 export const DEFAULT_PROVIDER_PORT = 3001
 /** The simulator's durable ledger, relative to the working directory like the embedded data. */
 export const DEFAULT_PROVIDER_LEDGER = '.data/provider/ledger.sqlite'

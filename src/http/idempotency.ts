@@ -32,8 +32,8 @@ export type Database = postgres.Sql<Record<string, never>>
 /**
  * Two handles on one database (they may be the same one). Kept apart in the
  * service so a burst of completions never starves claims and 409s of
- * connections (invariant 6); engine's `openPools` makes both, with the session
- * settings that bound every statement and transaction (invariant 7).
+ * connections (No blocked connections, docs/invariants.md); engine's `openPools` makes both, with the session
+ * settings that bound every statement and transaction (Bounded processing).
  */
 export interface IdempotencyPools {
   /** Single statements in autocommit: claims, replays, releases. */

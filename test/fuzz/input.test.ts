@@ -151,7 +151,7 @@ function deeperThan(value: unknown, limit: number): boolean {
   return Object.values(value as object).some((item) => deeperThan(item, limit - 1))
 }
 
-/** True when `value` is a payment the schema accepts (SPEC: amount, currency, customer, description?). */
+/** True when `value` is a payment the schema accepts (payments/schema.ts: amount, currency, customer, description?). */
 /** A string (or key) that is not well-formed Unicode: PostgreSQL would store U+FFFD instead. */
 function hasLoneSurrogate(value: unknown): boolean {
   if (typeof value === 'string') return !value.isWellFormed()

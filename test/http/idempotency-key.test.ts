@@ -1,5 +1,5 @@
 /**
- * The Idempotency-Key field's two forms (SPEC: the bare value, or an RFC 8941
+ * The Idempotency-Key field's two forms (the HTTP contract: the bare value, or an RFC 8941
  * sf-string as draft-ietf-httpapi-idempotency-key-header defines it), read
  * into one key. Over HTTP, with payments counted: test/http/contract.test.ts.
  */
