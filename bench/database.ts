@@ -1,6 +1,6 @@
 import postgres from 'postgres'
 import { startEmbedded, type EmbeddedPostgres } from '../src/store/embedded'
-import { migrate } from '../src/store/migrate'
+import { migrateService } from '../src/store/migrate'
 
 /** Port of the bench's own embedded PostgreSQL (tests use 54339, `npm start` 54329). */
 const BENCH_EMBEDDED_PORT = 54349
@@ -33,7 +33,7 @@ export async function freshDatabase(log: (line: string) => void): Promise<BenchD
   await admin.end()
   const url = new URL(base)
   url.pathname = `/${name}`
-  await migrate(url.toString())
+  await migrateService(url.toString())
   return {
     url: url.toString(),
     version,

@@ -327,7 +327,7 @@ async function rounds<Kind extends string>(
 }
 
 /**
- * Exactly once at the provider (SPEC invariant 8), across every service of
+ * Exactly once at the provider (Exactly once at the provider, docs/invariants.md), across every service of
  * the run: each idempotent payment's provider_reference is a charge made under
  * one of our downstream keys (`idp_`), no two payments share one, and every
  * such charge has its payment. The yardsticks' charges (`bench_` and `naive_`

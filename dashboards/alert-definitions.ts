@@ -20,7 +20,7 @@ export const ASSUMED_SCRAPE_INTERVAL_SECONDS = 15
 export const ASSUMED_GROUP_WAIT_SECONDS = 30
 /**
  * 30 s, two evaluations in a row: a stale key is already past the TTL (its
- * worker is over its deadline, which invariant 7 bounds to the TTL plus a few
+ * worker is over its deadline, which Bounded processing (docs/invariants.md) bounds to the TTL plus a few
  * seconds), so `for` only has to ride out that grace and a retry that
  * reclaims the key in the meantime, not to prove the worker dead.
  */

@@ -25,8 +25,8 @@ export const SCRAPE_JOB = 'idempotent-post'
 
 /**
  * Outcomes answered 2xx (201 created, or the first answer replayed) and the
- * one answered 409 because the key is still processing (SPEC, metrics
- * contract). The ratio uses idempotency_requests_total, whose every outcome
+ * one answered 409 because the key is still processing (the metrics
+ * contract, docs/observability.md). The ratio uses idempotency_requests_total, whose every outcome
  * exists at 0 from the start (primeRoute): increase() sees the first 409s
  * after a deploy, which a status series created by its first 409 would lose.
  * `lease_lost` (also a 409) is left out: it is a fenced worker, not a retry

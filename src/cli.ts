@@ -4,8 +4,11 @@
  * caller of src/operations, like the admin page and its JSON API: the same
  * operations, the same audit trail (as "cli:<who>"), the same snake_case JSON
  * (--json prints what /admin/api answers). It applies the server's TTL and
- * retention as the server recorded them, never its own shell's, and reads
- * DATABASE_URL with the server's own parser (config.ts).
+ * retention as the server recorded them, never its own shell's; on an app's
+ * database, where no server records them, the operator names them
+ * (--ttl-seconds, --retention-seconds). It reads DATABASE_URL with the
+ * server's own parser (config.ts); unset, it finds the embedded PostgreSQL
+ * `npm start` runs for this checkout, by the rules that placed it.
  *
  * Every destructive command (expire, expire-stale, purge) shows what it would
  * do and asks, unless given --yes; --dry-run shows it and changes nothing.
@@ -14,22 +17,25 @@
  *
  * Exit codes: 0 done (or, with --dry-run, shown); 1 refused or failed (a live
  * worker holds the key, the key changed, the operator answered no, the
- * database failed); 2 usage (bad arguments, DATABASE_URL unset, no actor, a
- * destructive command without --yes where nobody can be asked).
+ * database failed); 2 usage (bad arguments, no database to find, no actor,
+ * settings neither recorded nor given, a destructive command without --yes
+ * where nobody can be asked).
  */
 import { userInfo } from 'node:os'
 import { createInterface } from 'node:readline/promises'
 import { Command, CommanderError, InvalidArgumentError } from 'commander'
-import { ConfigError, loadDatabaseConfig } from './config'
-import { readServerSettings, type ServerSettings } from './core/settings'
+import { ConfigError, DEFAULT_EMBEDDED_DIR, loadDatabaseConfig } from './config'
+import { readServerSettings } from './core/settings'
 import type { Sql } from './core/types'
 import { OperationInputError, operations, parseAuditFilters, parseKeyFilters, parseReleaseReason, type Operations } from './operations'
 import { formatAge, formatTime } from './operations/format'
 import * as json from './operations/json'
 import { MAX_PAGE_SIZE } from './operations/list'
 import { ownerText, previewText } from './operations/describe'
+import { operatorSettings, type GivenSettings, type OperatorSettings } from './operations/context'
 import { openPools } from './store/db'
 import { createLogger } from './log'
+import { findRunningEmbedded } from './store/embedded'
 
 export const EXIT = { ok: 0, refused: 1, usage: 2 } as const
 
@@ -98,18 +104,48 @@ export function resolveActor(option: string | undefined, io: Pick<CliIo, 'env' |
 }
 
 /**
- * The TTL and retention the server runs with, as it recorded them at start.
- * Never the operator's shell: `IDEMPOTENCY_RETENTION_SECONDS=1 idem purge`
- * once deleted keys the service still replays, and the next retry paid twice.
+ * The TTL and retention the server runs with, as it recorded them at start,
+ * else (an app on the plugin records none) as the operator gave them
+ * (operations/context.ts). Never the operator's shell: `IDEMPOTENCY_RETENTION_SECONDS=1
+ * idem purge` once deleted keys the service still replays, and the next retry paid twice.
  */
-async function serverSettings(sql: Sql, io: CliIo): Promise<ServerSettings> {
-  const settings = await readServerSettings(sql)
-  if (!settings) throw new RefusedError('no server has recorded its settings in this database yet: start the service once, so that operator commands apply its TTL and retention')
-  for (const [name, value] of [['IDEMPOTENCY_TTL_SECONDS', settings.ttlSeconds], ['IDEMPOTENCY_RETENTION_SECONDS', settings.retentionSeconds]] as const) {
-    const mine = io.env[name]
-    if (mine && mine.trim() !== String(value)) io.err(`idem: ignoring ${name}=${mine} from this shell: the server runs with ${value}\n`)
+async function serverSettings(sql: Sql, io: CliIo, given: GivenSettings): Promise<OperatorSettings> {
+  const settings = operatorSettings(await readServerSettings(sql), given)
+  if (settings.source === 'recorded') {
+    for (const [name, value] of [['IDEMPOTENCY_TTL_SECONDS', settings.ttlSeconds], ['IDEMPOTENCY_RETENTION_SECONDS', settings.retentionSeconds]] as const) {
+      const mine = io.env[name]
+      if (mine && mine.trim() !== String(value)) io.err(`idem: ignoring ${name}=${mine} from this shell: the server runs with ${value}\n`)
+    }
   }
   return settings
+}
+
+/**
+ * The database: DATABASE_URL, else the embedded PostgreSQL `npm start` runs
+ * for this checkout (the same EMBEDDED_PG_DIR rules, its port from its lock
+ * file), else a usage error saying what to do. Never starts one: a server
+ * started here would be stopped under a service that adopted it meanwhile.
+ */
+function databaseOf(io: CliIo): { url: string; pgbouncer: boolean } {
+  let config: ReturnType<typeof loadDatabaseConfig>
+  try {
+    config = loadDatabaseConfig(io.env)
+  } catch (error) {
+    if (error instanceof ConfigError) throw new UsageError(error.message)
+    throw error
+  }
+  if (config.databaseUrl) return { url: config.databaseUrl, pgbouncer: config.databasePgbouncer }
+  const embedded = findRunningEmbedded({ dir: config.embeddedDir, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR })
+  if (!embedded)
+    throw new UsageError(`DATABASE_URL is not set, and no embedded PostgreSQL of this checkout is running (data in ${config.embeddedDir}): start the service (npm start), or point DATABASE_URL at its database, e.g. DATABASE_URL=postgres://user@host:5432/db`)
+  io.err(`idem: DATABASE_URL is not set: using the embedded PostgreSQL of this checkout (data in ${embedded.dir}, port ${embedded.port})\n`)
+  return { url: embedded.url, pgbouncer: false }
+}
+
+/** --ttl-seconds, --retention-seconds: whole seconds, as the server's own settings are. */
+function seconds(value: string): number {
+  if (!/^\d{1,9}$/.test(value) || Number(value) < 1) throw new InvalidArgumentError('must be a whole number of seconds ≥ 1')
+  return Number(value)
 }
 
 function positiveInt(value: string): number {
@@ -141,18 +177,11 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
   }
 
   async function withOperations<T>(work: (ops: Operations) => Promise<T>): Promise<T> {
-    let databaseUrl: string | undefined
-    let pgbouncer: boolean
+    const { url, pgbouncer } = databaseOf(io)
+    const pools = openPools(url, { applicationName: 'idempotent-post:cli', shortMax: 2, workMax: 1, pgbouncer })
     try {
-      ;({ databaseUrl, databasePgbouncer: pgbouncer } = loadDatabaseConfig(io.env))
-    } catch (error) {
-      if (error instanceof ConfigError) throw new UsageError(error.message)
-      throw error
-    }
-    if (!databaseUrl) throw new UsageError('DATABASE_URL is not set: point it at the service\'s database, e.g. DATABASE_URL=postgres://user@host:5432/db')
-    const pools = openPools(databaseUrl, { applicationName: 'idempotent-post:cli', shortMax: 2, workMax: 1, pgbouncer })
-    try {
-      const settings = await serverSettings(pools.short, io)
+      const { ttlSeconds, retentionSeconds } = program.opts<GivenSettings>()
+      const settings = await serverSettings(pools.short, io, { ttlSeconds, retentionSeconds })
       // Action lines on stderr: stdout is the command's own output (tables, --json), for a person or a pipe.
       const log = createLogger({ sink: (line) => io.err(`${line}\n`), base: { component: 'cli' } })
       return await work(operations({ sql: pools.short, ttlSeconds: settings.ttlSeconds, retentionSeconds: settings.retentionSeconds, log }))
@@ -178,6 +207,9 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
     .showHelpAfterError()
     .exitOverride()
     .configureOutput({ writeOut: (text) => io.out(text), writeErr: (text) => io.err(text) })
+    // For an app's database, where no server records its settings (operations/context.ts).
+    .option('--ttl-seconds <n>', 'the TTL your app runs with, where no server recorded one in the database', seconds)
+    .option('--retention-seconds <n>', 'the retention your app runs with, where no server recorded one in the database', seconds)
 
   const keyFilterOptions = (command: Command) => command
     .option('--tenant <tenant>', 'only this tenant')

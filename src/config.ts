@@ -23,7 +23,7 @@ export const DEFAULT_PURGE_INTERVAL_MS = 60_000
 export const DEFAULT_EMBEDDED_DIR = '.data/pg'
 /** Off the standard 5432, so it never collides with a PostgreSQL already installed. */
 export const DEFAULT_EMBEDDED_PORT = 54329
-/** Where the bundled provider simulator listens when PAYMENT_PROVIDER_URL is unset (SPEC). */
+/** Where the bundled provider simulator listens when PAYMENT_PROVIDER_URL is unset (README, Configuration). */
 export const DEFAULT_PROVIDER_PORT = 3001
 /** The simulator's durable ledger, relative to the working directory like the embedded data. */
 export const DEFAULT_PROVIDER_LEDGER = '.data/provider/ledger.sqlite'
@@ -236,14 +236,16 @@ function randomToken(): string {
 export interface DatabaseConfig {
   readonly databaseUrl: string | undefined
   readonly databasePgbouncer: boolean
+  /** Data directory of the embedded PostgreSQL, used when DATABASE_URL is unset (EMBEDDED_PG_DIR, default .data/pg). */
+  readonly embeddedDir: string
 }
 
-/** DATABASE_URL and DATABASE_PGBOUNCER, validated as the server validates them (loadConfig calls this). */
+/** DATABASE_URL, DATABASE_PGBOUNCER and EMBEDDED_PG_DIR, validated as the server validates them (loadConfig calls this). */
 export function loadDatabaseConfig(env: Env = process.env): DatabaseConfig {
   const databaseUrl = env.DATABASE_URL?.trim() || undefined
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl))
     throw new ConfigError('DATABASE_URL', 'must be a postgres:// or postgresql:// URL')
-  return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1 }
+  return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1, embeddedDir: env.EMBEDDED_PG_DIR?.trim() || DEFAULT_EMBEDDED_DIR }
 }
 
 /** NODE_ENV=production in any letter case (`Production` too): a near miss must not turn the checks off. */
@@ -257,7 +259,7 @@ export function loadConfig(env: Env = process.env): Config {
   const retentionSeconds = integer(env, 'IDEMPOTENCY_RETENTION_SECONDS', DEFAULT_RETENTION_SECONDS, 1)
   if (retentionSeconds < ttlSeconds)
     throw new ConfigError('IDEMPOTENCY_RETENTION_SECONDS', `must be at least IDEMPOTENCY_TTL_SECONDS (${ttlSeconds}), got ${retentionSeconds}`)
-  const { databaseUrl, databasePgbouncer } = loadDatabaseConfig(env)
+  const { databaseUrl, databasePgbouncer, embeddedDir } = loadDatabaseConfig(env)
   // Production runs on nothing made for a laptop: no embedded database (its superuser is postgres:postgres), no simulator taking "payments".
   if (production && !databaseUrl) throw new ConfigError('DATABASE_URL', 'must be set when NODE_ENV=production (the embedded PostgreSQL is for development)')
   const provider = providerUrl(env)
@@ -298,7 +300,7 @@ export function loadConfig(env: Env = process.env): Config {
     metricsCacheMs: integer(env, 'METRICS_CACHE_MS', DEFAULT_METRICS_CACHE_MS, 0, 3_600_000),
     benchBaselineRoute: integer(env, 'BENCH_BASELINE_ROUTE', 0, 0, 1) === 1,
     purgeIntervalMs: integer(env, 'PURGE_INTERVAL_MS', DEFAULT_PURGE_INTERVAL_MS, 100, 86_400_000),
-    embeddedDir: env.EMBEDDED_PG_DIR?.trim() || DEFAULT_EMBEDDED_DIR,
+    embeddedDir,
     embeddedPort: integer(env, 'EMBEDDED_PG_PORT', DEFAULT_EMBEDDED_PORT, 1, 65535),
     production,
   })

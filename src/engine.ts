@@ -4,13 +4,14 @@
  * handles it expects.
  *
  *   import { migrate, openPools } from 'idempotent-post/engine'
- *   await migrate(process.env.DATABASE_URL)        // applies sql/, once per database, safe to run from many processes
+ *   await migrate(process.env.DATABASE_URL)        // the engine's tables (sql/engine), once per database, safe to run from many processes
  *   const pools = openPools(process.env.DATABASE_URL) // two postgres.js pools with the session deadlines the engine relies on
  *
- * Note: the migrations in sql/ also create the reference service's `payments`
- * table (sql/00002); an app of yours simply does not use it.
+ * `migrate` creates only the engine's tables (idempotency_keys,
+ * idempotency_processes, idempotency_settings, idempotency_audit) and records
+ * them in idempotency_migrations; your own tables are yours to migrate.
  */
-export { migrate, MIGRATIONS_DIR } from './store/migrate'
+export { checkSchema, ENGINE_MIGRATIONS, migrate, type MigrationLine, type MigrationResult } from './store/migrate'
 export { openPools, SESSION_SETTINGS, type Pool, type PoolOptions, type Pools } from './store/db'
 export { claim } from './core/claim'
 export { complete, type Recording, type TransactionSql } from './core/complete'

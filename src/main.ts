@@ -83,13 +83,13 @@ async function main(): Promise<number> {
     }
     if (!isWorker && config.databasePgbouncer) {
       // No migrations through PgBouncer (store/migrate.ts checkSchema says why).
-      const { checkSchema } = await import('./store/migrate')
-      log.info(`schema at migration ${await checkSchema(databaseUrl, { prepare: false })} (checked; DATABASE_PGBOUNCER=1 does not migrate)`)
+      const { checkSchema, describeVersions } = await import('./store/migrate')
+      log.info(`schema at migrations ${describeVersions(await checkSchema(databaseUrl, { prepare: false }))} (checked; DATABASE_PGBOUNCER=1 does not migrate)`)
       if (stopped()) return 0
     } else if (!isWorker) {
-      const { migrate } = await import('./store/migrate')
-      const { applied, version } = await migrate(databaseUrl)
-      log.info(`schema at migration ${version}${applied ? ` (${applied} applied)` : ''}`, { migration: version, applied })
+      const { describeVersions, migrateService } = await import('./store/migrate')
+      const { applied, versions, adopted } = await migrateService(databaseUrl)
+      log.info(`schema at migrations ${describeVersions(versions)}${applied ? ` (${applied} applied)` : ''}${adopted ? ' (the single-line layout of earlier releases recorded in the new lines)' : ''}`, { migrations: versions, applied })
       if (stopped()) return 0
     }
     // Never in a worker: its supervisor passes the URL of the one simulator.

@@ -5,9 +5,11 @@ import { InFlight } from './http/in-flight'
 import { observed, routeLabeler } from './http/observe'
 import { requestLogger, withRequestIds } from './http/request-id'
 import { log as processLog, type Logger } from './log'
+import { methodsOf, type PathMethods } from './http/allow'
 import { problem, problemResponse } from './http/problem'
+import { OPERATIONS_PROBLEMS } from './problems'
 import { countAnswer, idempotencyHooks, observePools, observeProvider, observeReadiness, primeRoute, type Metrics } from './metrics/registry'
-import { apiDocs, detail, DOCS_ROUTES, health, problemAnswer } from './api-docs'
+import { adminDocument, apiDocs, detail, DOCS_ROUTES, health, problemAnswers } from './api-docs'
 import type { ClusterMetrics } from './metrics/cluster'
 import { exposition } from './metrics/exposition'
 import type { DatabaseGauges } from './metrics/gauges'
@@ -47,6 +49,8 @@ export interface AppDependencies {
   readonly log?: Logger
 }
 
+const operationsAnswer = problemAnswers(OPERATIONS_PROBLEMS)
+
 /** Routes that cannot answer without the database. */
 const NEEDS_DATABASE = /^\/(api|admin)(\/|$)/
 
@@ -68,7 +72,7 @@ export function buildApp(deps: AppDependencies) {
   observeReadiness(metrics, () => deps.health?.up ?? true)
   const tenant = bearerTenant(config.apiKeys)
   const provider = deps.provider ?? providerFor(config, metrics)
-  const admin: AdminOptions = {
+  const adminBase: AdminOptions = {
     pools,
     operators: config.operators,
     throttle: new SignInThrottle(),
@@ -78,9 +82,22 @@ export function buildApp(deps: AppDependencies) {
     log,
     ...(deps.now ? { now: deps.now } : {}),
   }
-  return new Elysia({ name: 'idempotent-post-service' })
+  // The admin JSON API is described from an instance of the admin app's own routes (it is only read).
+  let adminApiDocument: object | undefined
+  const admin: AdminOptions = { ...adminBase, openApiDocument: () => (adminApiDocument ??= adminDocument(adminApp(adminBase))) }
+  // The methods each path is served with (http/allow.ts), from this app's routes once all are added.
+  let served: ((pathname: string) => PathMethods) | undefined
+  let routes: () => readonly { method: string; path: string }[] = () => []
+  const methods = (request: Request) => (served ??= methodsOf(routes()))(new URL(request.url).pathname)
+  const app = new Elysia({ name: 'idempotent-post-service' })
     .onError(({ code, error, request }) => {
-      if (code === 'NOT_FOUND') return problemResponse(problem('not-found'))
+      if (code === 'NOT_FOUND') {
+        // A path we serve, with a method we do not: 405 and what it takes (RFC 9110); an unknown path stays 404.
+        const { allow, any } = methods(request)
+        return allow.length && !any
+          ? problemResponse(problem('method-not-allowed', `${request.method} is not served here; Allow: ${allow.join(', ')}.`), { allow: allow.join(', ') })
+          : problemResponse(problem('not-found'))
+      }
       if (code === 'PARSE' || code === 'VALIDATION') return problemResponse(problem('invalid-request'))
       if (isUnavailable(error)) return problemResponse(problem('database-unavailable'))
       const status = typeof (error as { status?: unknown }).status === 'number' ? (error as { status: number }).status : 500
@@ -95,8 +112,14 @@ export function buildApp(deps: AppDependencies) {
       if (deps.health && !deps.health.up && NEEDS_DATABASE.test(new URL(request.url).pathname))
         return problemResponse(problem('database-unavailable'))
     })
-    // The admin's JSON API is described from an instance of the admin app's own routes (it is only read).
-    .use(apiDocs({ admin: adminApp(admin) }))
+    // OPTIONS says what a path takes (RFC 9110 §9.3.7); paths an `.all` route takes (the admin) answer for
+    // themselves. (A HEAD is answered by Elysia as its GET, without the body.)
+    .onRequest(({ request }) => {
+      if (request.method !== 'OPTIONS') return
+      const { allow, any } = methods(request)
+      if (!any && allow.length) return new Response(null, { status: 204, headers: { allow: allow.join(', ') } })
+    })
+    .use(apiDocs({ ttlSeconds: config.ttlSeconds, retentionSeconds: config.retentionSeconds }))
     .use(docsUi())
     .get('/healthz', () => Response.json({ status: 'ok' }), {
       detail: detail({ summary: 'Liveness: 200 while the process runs', tags: ['operations'], security: [], responses: { 200: health('ok') } }),
@@ -104,8 +127,8 @@ export function buildApp(deps: AppDependencies) {
     .get('/readyz', async () =>
       (deps.health?.up ?? true) && (await databaseAnswers(pools.short))
         ? Response.json({ status: 'ready' })
-        : problemResponse(problem('not-ready')), {
-      detail: detail({ summary: 'Readiness: 200 when the database answers', tags: ['operations'], security: [], responses: { 200: health('ready'), 503: problemAnswer(['not-ready']) } }),
+        : problemResponse(OPERATIONS_PROBLEMS.problem('not-ready')), {
+      detail: detail({ summary: 'Readiness: 200 when the database answers', tags: ['operations'], security: [], responses: { 200: health('ready'), 503: operationsAnswer(['not-ready']) } }),
     })
     .get('/metrics', async () => {
       try {
@@ -114,7 +137,7 @@ export function buildApp(deps: AppDependencies) {
       } catch (error) {
         // Only the WORKERS>1 aggregation can fail; a gap beats a partial sum (see metrics/cluster.ts).
         log.error('metrics: the workers\' metrics could not be collected', { error })
-        return problemResponse(problem('metrics-unavailable'))
+        return problemResponse(OPERATIONS_PROBLEMS.problem('metrics-unavailable'))
       }
     }, {
       detail: detail({
@@ -123,7 +146,7 @@ export function buildApp(deps: AppDependencies) {
         security: [],
         responses: {
           200: { description: 'Prometheus text exposition (prom-client).', content: { 'text/plain': { schema: { type: 'string' } } } },
-          503: problemAnswer(['metrics-unavailable'], 'WORKERS>1: the workers\' metrics could not be collected.'),
+          503: operationsAnswer(['metrics-unavailable'], 'WORKERS>1: the workers\' metrics could not be collected.'),
         },
       }),
     })
@@ -145,6 +168,8 @@ export function buildApp(deps: AppDependencies) {
     .use(config.benchBaselineRoute
       ? benchBaselineRoute({ pools, provider, tenant, maxBodyBytes: config.maxBodyBytes })
       : new Elysia({ name: 'bench-baseline-off' }))
+  routes = () => app.routes
+  return app
 }
 
 export type App = ReturnType<typeof buildApp>

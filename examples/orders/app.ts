@@ -5,12 +5,17 @@
 import { Type } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
 import { migrate, openPools } from 'idempotent-post/engine'
-import { bearerTenant, idempotentPost } from 'idempotent-post/plugin'
+import { bearerTenant, defineProblems, idempotentPost, problemResult } from 'idempotent-post/plugin'
 
 const NewOrder = Type.Object({
   sku: Type.String({ minLength: 1, maxLength: 32 }),
   quantity: Type.Integer({ minimum: 1, maximum: 100 }),
 }, { additionalProperties: false })
+
+/** This app's own problem codes, next to the plugin's: a client switches on `type` or `code`. */
+export const ORDER_PROBLEMS = defineProblems({
+  'out-of-stock': { status: 422, title: 'Out of stock', detail: 'The warehouse does not have that many of this item.' },
+}, { typePrefix: 'urn:orders:problem:' })
 
 export interface OrdersOptions {
   readonly databaseUrl: string
@@ -36,6 +41,7 @@ export async function createOrdersApp({ databaseUrl, warehouseUrl, apiKeys }: Or
   const app = new Elysia().use(idempotentPost({ pools, tenant: bearerTenant(apiKeys) }, {
     path: '/orders',
     body: NewOrder,
+    problems: ORDER_PROBLEMS,
     // The foreign call: no database connection is held while it runs. The
     // warehouse gets our idempotencyKey, the same on every re-execution of
     // this order, so a retry after a crash gets the same reservation back.
@@ -53,7 +59,7 @@ export async function createOrdersApp({ databaseUrl, warehouseUrl, apiKeys }: Or
     // Our writes, in the transaction that completes the key: stored once, with the answer.
     async record({ body, tenant, key, result, tx }) {
       if (!result.reserved) // A business refusal: stored and replayed like a success.
-        return { status: 422, body: { type: 'urn:orders:out-of-stock', title: 'Out of stock', status: 422 } }
+        return problemResult(ORDER_PROBLEMS.problem('out-of-stock', `Not ${body.quantity} of ${body.sku} in stock.`))
       const [order] = await tx`
         insert into orders (shop, sku, quantity, reservation, idempotency_key)
         values (${tenant}, ${body.sku}, ${body.quantity}, ${result.reservation}, ${key})

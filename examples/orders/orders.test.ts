@@ -4,7 +4,10 @@
  * reserves stock once.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { join } from 'node:path'
 import postgres from 'postgres'
+import { freePort } from '../../test/chaos/clients'
+import { waitFor } from '../../test/support/wait'
 import { createOrdersApp } from './app'
 import { startWarehouse, type Warehouse } from './warehouse'
 
@@ -58,7 +61,7 @@ test('an order retried 20 times at once reserves once and is stored once', async
 test('out of stock is a refusal that is stored and replayed; another order under the key is 422', async () => {
   const first = await order('order-2', { sku: 'sku-1', quantity: 50 })
   expect(first.status).toBe(422)
-  expect((await first.json() as { type: string }).type).toBe('urn:orders:out-of-stock')
+  expect(await first.json()).toMatchObject({ type: 'urn:orders:problem:out-of-stock', title: 'Out of stock', status: 422, code: 'out-of-stock', detail: 'Not 50 of sku-1 in stock.' })
   warehouse.stock.set('sku-1', 100)
   const again = await order('order-2', { sku: 'sku-1', quantity: 50 })
   expect(again.status).toBe(422)
@@ -74,3 +77,31 @@ test('a body outside the schema is a 400 and stores nothing', async () => {
   expect((await answer.json() as { code: string }).code).toBe('invalid-body')
   expect(await sql`select 1 from idempotency_keys where key = 'order-3'`).toHaveLength(0)
 })
+
+test('README\'s command runs as written: npm run example:orders, then one order over HTTP', async () => {
+  const url = new URL(base)
+  url.pathname = `/${name}`
+  const port = String(freePort())
+  const proc = Bun.spawn(['npm', 'run', '--silent', 'example:orders'], {
+    cwd: join(import.meta.dir, '..', '..'),
+    env: { ...process.env, DATABASE_URL: url.toString(), PORT: port },
+    stdout: 'pipe',
+    stderr: 'pipe',
+  })
+  let output = ''
+  const decoder = new TextDecoder()
+  void (async () => { for await (const chunk of proc.stdout as unknown as AsyncIterable<Uint8Array>) output += decoder.decode(chunk) })()
+  void (async () => { for await (const chunk of proc.stderr as unknown as AsyncIterable<Uint8Array>) output += decoder.decode(chunk) })()
+  try {
+    await waitFor(() => output.includes('orders: http://') || proc.exitCode !== null, 'the example to listen')
+    const answer = await fetch(`http://127.0.0.1:${port}/orders`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer shop-key', 'content-type': 'application/json', 'idempotency-key': 'readme-order' },
+      body: JSON.stringify({ sku: 'sku-1', quantity: 3 }),
+    })
+    expect(answer.status).toBe(201)
+  } finally {
+    proc.kill('SIGTERM')
+    expect(await proc.exited, output).toBe(0)
+  }
+}, 30_000)

@@ -9,7 +9,8 @@
  * result with src/operations/json.ts, the same JSON the CLI prints.
  */
 import { Elysia } from 'elysia'
-import { problem, problemResponse } from '../http/problem'
+import { problemResponse } from '../http/problem'
+import { ADMIN_PROBLEMS } from './problems'
 import type { Operations } from '../operations'
 import { parseAuditFilters } from '../operations/audit'
 import { parseKeyFilters } from '../operations/filters'
@@ -31,6 +32,8 @@ export interface AdminDeps {
   /** Tests move the clock with this. @default the database's now() */
   readonly now: () => Date | undefined
   readonly log: Logger
+  /** This API's OpenAPI document (api-docs.ts), when the service describes it. */
+  readonly openApiDocument?: () => unknown
 }
 
 /** The operations for one request: its action lines carry the request's id. */
@@ -47,7 +50,7 @@ function noteOf(request: Request): string | undefined {
 const limitOf = (raw: string | undefined): number | undefined => (raw === undefined ? undefined : Number(raw))
 
 export function adminApi(deps: AdminDeps) {
-  const { ops, auth } = deps
+  const { ops, auth, openApiDocument } = deps
   const detail = async (tenant: string, key: string) => {
     const found = await ops.show(tenant, key)
     if (!found) throw new NotFoundError('No key with this tenant and key.')
@@ -79,8 +82,8 @@ export function adminApi(deps: AdminDeps) {
       const lease = String(body.lease)
       const result = await actingOps(deps, request).forceExpire({ tenant: body.tenant, key: body.key, lease }, actor)
       const json = forceExpireJson(result, lease)
-      if (result.outcome === 'worker_alive') return problemResponse(problem('worker-alive', undefined, json))
-      if (result.outcome === 'unchanged') return problemResponse(problem('key-changed', undefined, json))
+      if (result.outcome === 'worker_alive') return problemResponse(ADMIN_PROBLEMS.problem('worker-alive', undefined, json))
+      if (result.outcome === 'unchanged') return problemResponse(ADMIN_PROBLEMS.problem('key-changed', undefined, json))
       return json
     }, { body: ApiExpireBody })
     .post('/keys/expire-stale', async ({ body, actor, request }) => {
@@ -98,4 +101,8 @@ export function adminApi(deps: AdminDeps) {
       ])
       return releasedPageJson(page, counts)
     }, { query: ReleasedQuery })
+    .get('/openapi.json', () => {
+      if (!openApiDocument) throw new NotFoundError('This server does not describe its admin API.')
+      return Response.json(openApiDocument())
+    }, { detail: { hide: true } })
 }

@@ -7,6 +7,7 @@
  */
 import { html } from '@elysiajs/html'
 import { Elysia } from 'elysia'
+import { ADMIN_PROBLEMS } from './problems'
 import { timingSafeEqual } from 'node:crypto'
 import { requestMeta } from '../http/client'
 import { problem, problemResponse } from '../http/problem'
@@ -102,7 +103,7 @@ export function adminPages(deps: AdminDeps) {
       const verdict = auth.check(request, body.token, 'form')
       if (verdict.kind === 'throttled') {
         const wait = verdict.retryAfterSeconds
-        if (!wantsHtml(request)) return problemResponse({ ...problem('sign-in-throttled'), retryAfterSeconds: wait }, { 'cache-control': 'no-store' })
+        if (!wantsHtml(request)) return problemResponse({ ...ADMIN_PROBLEMS.problem('sign-in-throttled'), retryAfterSeconds: wait }, { 'cache-control': 'no-store' })
         set.status = 429
         set.headers['retry-after'] = String(wait)
         return html(await SignInPage({ error: `Too many wrong tokens from your address: try again in ${wait} s.`, next }))

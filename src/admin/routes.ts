@@ -13,6 +13,7 @@
  */
 import { html } from '@elysiajs/html'
 import { Elysia } from 'elysia'
+import { ADMIN_PROBLEMS } from './problems'
 import { isUnavailable } from '../core/errors'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
 import { problem, problemResponse, PROBLEMS } from '../http/problem'
@@ -49,6 +50,8 @@ export interface AdminOptions {
   readonly metrics?: Metrics
   /** Tests move the clock with this. @default the database's now() */
   readonly now?: () => Date | undefined
+  /** The admin JSON API's OpenAPI document, served at /admin/api/openapi.json behind the API's credentials. @default none */
+  readonly openApiDocument?: () => unknown
 }
 
 /** The admin as an app of its own; `adminRoutes` mounts it. Tests may call `.handle()` on it directly. */
@@ -65,7 +68,7 @@ export function adminApp(options: AdminOptions) {
   const auth = new AdminAuth(new Operators(credentials), options.throttle ?? new SignInThrottle(), log)
   const sql = options.pools.short
   const now = () => options.now?.()
-  const deps = { ops, auth, sql, now, log }
+  const deps = { ops, auth, sql, now, log, ...(options.openApiDocument ? { openApiDocument: options.openApiDocument } : {}) }
 
   return new Elysia({ name: 'admin-app' })
     .use(html({ autoDetect: false }))
@@ -80,7 +83,7 @@ export function adminApp(options: AdminOptions) {
         // The same verdict the guard had (auth.bearer is once per request): a failure counts once.
         const verdict = auth.bearer(request)
         if (verdict.kind === 'throttled')
-          return problemResponse({ ...problem('sign-in-throttled'), retryAfterSeconds: verdict.retryAfterSeconds })
+          return problemResponse({ ...ADMIN_PROBLEMS.problem('sign-in-throttled'), retryAfterSeconds: verdict.retryAfterSeconds })
         if (refusal === 'unauthorized' || verdict.kind !== 'ok')
           return problemResponse(problem('unauthorized', 'Send Authorization: Bearer <operator token> (ADMIN_TOKENS or ADMIN_TOKEN).'), { 'www-authenticate': 'Bearer realm="admin"' })
         return apiAnswer(refusal, cause)

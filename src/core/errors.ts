@@ -11,7 +11,7 @@ export const SQLSTATE = Object.freeze({
   UNTRANSLATABLE_CHARACTER: '22P05',
   INVALID_TEXT_REPRESENTATION: '22P02',
   TOO_MANY_CONNECTIONS: '53300',
-  /** Raised by idempotency_complete() (sql/00004) when the lease is no longer current. */
+  /** Raised by idempotency_complete() (sql/engine/00003) when the lease is no longer current. */
   LEASE_LOST: 'IK409',
 } as const)
 

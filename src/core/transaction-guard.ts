@@ -21,7 +21,7 @@ interface QueryInternals {
  * Found by test/chaos/postgres-restart.test.ts (the service process died).
  *
  * The handle is over when `isOver()` says so (the owner learns of the close
- * from the connection, see lease.ts) or as soon as a query through it fails
+ * from the connection, see complete.ts) or as soon as a query through it fails
  * for a lost connection.
  */
 export function guardTransaction<Handle extends object>(tx: Handle, isOver: () => boolean): Handle {

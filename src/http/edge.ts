@@ -4,6 +4,7 @@
  * serves /metrics and its token, the per-tenant limits on /api, and the
  * headers every answer carries (nosniff; HSTS when the client came over TLS).
  */
+import { EDGE_PROBLEMS } from './edge-problems'
 import { timingSafeEqual } from 'node:crypto'
 import { isAllowedHost, type AllowedHosts } from './allowed-host'
 import { requestMeta } from './client'
@@ -41,7 +42,7 @@ export function edgeGuard(options: EdgeOptions, handle: Handle): Handle {
   return async function guarded(request: Request): Promise<Response> {
     const secure = requestMeta(request).secure
     if (!isAllowedHost(request.headers.get('host'), options.allowedHosts))
-      return secured(problemResponse(problem('host-not-allowed')), secure)
+      return secured(problemResponse(EDGE_PROBLEMS.problem('host-not-allowed')), secure)
     const path = new URL(request.url).pathname
     const isMetrics = path === METRICS_PATH || path === `${METRICS_PATH}/`
     if (options.listener === 'metrics' ? !isMetrics : isMetrics && options.metricsElsewhere)

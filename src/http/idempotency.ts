@@ -15,14 +15,13 @@ import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
 import { DEFAULT_MAX_BODY_BYTES, readJsonBody } from './body'
 import { notify, type IdempotencyHooks, type Outcome } from './outcomes'
-import { detail, IdempotencyKey, idempotentOperation, type RouteDocs } from './operation'
-import { isProblemCode, problem, problemResponse, PROBLEM_CONTENT_TYPE, type Problem } from './problem'
+import { parseIdempotencyKey } from './idempotency-key'
+import { detail, idempotentOperation, type RouteDocs } from './operation'
+import { PLUGIN_PROBLEMS, problem, ProblemError, problemResponse, PROBLEM_CONTENT_TYPE, type Problem, type ProblemCatalogue } from './problem'
 import type { ClaimTicket, InFlight } from './in-flight'
 import { problemInstance, requestIdOf, requestLogger } from './request-id'
 import { errorText, type Logger } from '../log'
 
-/** SPEC: Idempotency-Key is 1..255 printable ASCII characters without space; the OpenAPI document shows the same pattern. */
-const KEY_PATTERN = new RegExp(IdempotencyKey.pattern!)
 /**
  * How long a failed request waits for its key's release before answering
  * anyway: the release is one statement; if the database cannot take it in
@@ -58,8 +57,8 @@ export type Database = postgres.Sql<Record<string, never>>
 /**
  * Two handles on one database (they may be the same one). Kept apart in the
  * service so a burst of completions never starves claims and 409s of
- * connections (invariant 6); engine's `openPools` makes both, with the session
- * settings that bound every statement and transaction (invariant 7).
+ * connections (No blocked connections, docs/invariants.md); engine's `openPools` makes both, with the session
+ * settings that bound every statement and transaction (Bounded processing).
  */
 export interface IdempotencyPools {
   /** Single statements in autocommit: claims, replays, releases. */
@@ -165,6 +164,13 @@ export interface IdempotentRoute<Body, Result> {
   /** What the OpenAPI document says of this route besides what the plugin knows: its own answers (the 201), summary, tags. */
   readonly docs?: RouteDocs
   /**
+   * The route's own problem codes (`defineProblems`): an error thrown by `act`
+   * whose `code` is one of them (an IdempotencyError's `PROVIDER_FAILED` is
+   * `provider-failed`) is answered with it. A `ProblemError` is answered with
+   * its problem whatever its catalogue. @default the plugin's codes only
+   */
+  readonly problems?: ProblemCatalogue<string>
+  /**
    * The external step: foreign calls (a payment provider), with no database
    * connection held and no transaction open. Pass `signal` and
    * `idempotencyKey` on. Throwing fails the request (5xx) and releases the key.
@@ -219,6 +225,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   const { pools, hooks = {} } = options
   const validate = route.validate ?? schemaValidator(route.body)
   if (!route.record === !route.recordRows) throw new TypeError(`idempotentPost ${route.path}: give the route exactly one of record and recordRows`)
+  const catalogue: ProblemCatalogue<string> = route.problems ? PLUGIN_PROBLEMS.with(route.problems) : PLUGIN_PROBLEMS
   const event = { route: route.path }
 
   function count(outcome: Outcome, started: number): void {
@@ -238,18 +245,19 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const started = performance.now()
     const tenant = options.tenant(request)
     if (tenant === undefined) return problemResponse(problem('unauthorized'), { 'www-authenticate': 'Bearer' })
-    const key = request.headers.get('idempotency-key')
+    const rawKey = request.headers.get('idempotency-key')
     const refuse = (answer: Problem, outcome: Outcome = 'invalid') => {
       count(outcome, started)
-      // Debug only: a refusal is the client's mistake, and hostile clients can send many (the key is escaped, log.ts).
-      requestLogger(request, { tenant, route: route.path, ...(key === null ? {} : { key }) }, options.log).debug(`refused: ${answer.code}`, { outcome, status: answer.status })
+      // Debug only: a refusal is the client's mistake, and hostile clients can send many (the key, as sent, is escaped: log.ts).
+      requestLogger(request, { tenant, route: route.path, ...(rawKey === null ? {} : { key: rawKey }) }, options.log).debug(`refused: ${answer.code}`, { outcome, status: answer.status })
       return problemResponse(answer)
     }
 
+    const field = parseIdempotencyKey(rawKey)
     const body = await readJsonBody(request, maxBodyBytes)
     if (!body.ok) return refuse(body.problem)
-    if (key === null) return refuse(problem('missing-idempotency-key'))
-    if (!KEY_PATTERN.test(key)) return refuse(problem('invalid-idempotency-key'))
+    if (!field.ok) return refuse(problem(field.reason === 'missing' ? 'missing-idempotency-key' : 'invalid-idempotency-key'))
+    const { key } = field
     const valid = validate(body.value, body.text)
     if (!valid.ok) return refuse(problem('invalid-body', undefined, { errors: valid.errors }))
     // A draining server starts no new claim: nothing is stored, a retry goes to another server.
@@ -423,10 +431,12 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     // Our own writes waited on a lock for lock_timeout: the request failed (its key was released), nothing is in progress.
     if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE)
       return problemResponse({ ...problem('database-unavailable', `A database lock was not obtained in time; ${after}.`), retryAfterSeconds: 1 })
-    // An error with a catalogued code (e.g. provider-failed, 502) is answered as such; any other is internal.
+    // A problem the route chose, or an error with a catalogued code (e.g. provider-failed, 502); any other is internal.
+    if (error instanceof ProblemError)
+      return problemResponse({ ...error.problem, detail: `${error.problem.detail ?? error.problem.title}; ${after}.` })
     const code = error instanceof IdempotencyError ? error.code.toLowerCase().replaceAll('_', '-') : ''
-    if (error instanceof IdempotencyError && error.status >= 500 && isProblemCode(code))
-      return problemResponse(problem(code, `${error.message}; ${after}.`))
+    if (error instanceof IdempotencyError && error.status >= 500 && catalogue.has(code))
+      return problemResponse(catalogue.problem(code, `${error.message}; ${after}.`))
     return problemResponse(problem('internal', `Processing failed; ${after}.`))
   }
 
@@ -466,7 +476,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   return new Elysia({ name: 'idempotent-post', seed: route.path })
     .post(route.path, function idempotentHandler({ request }) { return handle(request) }, {
       parse: 'none',
-      detail: detail(idempotentOperation(route.body, route.docs ?? {}, ttlSeconds)),
+      detail: detail(idempotentOperation(route.body, route.docs ?? {}, { ttlSeconds, retentionSeconds })),
     })
 }
 

@@ -24,18 +24,28 @@ export {
   type Validation,
 } from './idempotency'
 export { OUTCOMES, type IdempotencyHooks, type Outcome, type OutcomeEvent, type RouteEvent } from './outcomes'
-export { IdempotencyKey, problemAnswer, type ResponseDoc, type RouteDocs } from './operation'
+export { IdempotencyKey, IdempotencyKeyField, problemAnswer, problemAnswers, type ProblemAnswer, type ResponseDoc, type RouteDocs } from './operation'
+export { parseIdempotencyKey, type KeyField } from './idempotency-key'
 export {
+  PLUGIN_PROBLEMS,
   PROBLEMS,
   PROBLEM_CONTENT_TYPE,
+  PROBLEM_TYPE_PREFIX,
+  ProblemDetails,
+  ProblemError,
   codesWithStatus,
+  defineProblems,
   isProblemCode,
   problem,
   problemBody,
+  problemJson,
   problemResponse,
+  problemResult,
   problemSchema,
   problemType,
+  type CatalogueOptions,
   type Problem,
+  type ProblemCatalogue,
   type ProblemCode,
   type ProblemEntry,
 } from './problem'

@@ -24,6 +24,7 @@
  * connections, not tenants, over workers); set the limits per process with
  * that in mind, or enforce a global quota at the load balancer.
  */
+import { EDGE_PROBLEMS } from './edge-problems'
 import { problem, problemResponse, type Problem } from './problem'
 
 export interface TenantLimitOptions {
@@ -87,7 +88,7 @@ export class TenantLimits {
       const bucket = this.#refill(tenant)
       if (bucket.tokens < 1) {
         const wait = Math.max(1, Math.ceil((1 - bucket.tokens) / this.#rate))
-        return refuse(problem('rate-limited', `This API key may send ${this.#rate} requests per second (bursts of ${this.#burst}); retry after ${wait} s.`, {}), wait, {
+        return refuse(EDGE_PROBLEMS.problem('rate-limited', `This API key may send ${this.#rate} requests per second (bursts of ${this.#burst}); retry after ${wait} s.`, {}), wait, {
           'ratelimit-policy': this.#policy,
           ratelimit: `${POLICY};r=0;t=${wait}`,
         })
@@ -101,7 +102,7 @@ export class TenantLimits {
       if (current >= this.#maxInFlight) {
         // The token taken above is given back: a refused request costs the tenant nothing but the wait.
         if (this.#rate > 0) this.#buckets.get(tenant)!.tokens += 1
-        return refuse(problem('too-many-in-flight', `This API key has ${current} requests in processing, the most this server takes at once; retry after 1 s.`), 1, {})
+        return refuse(EDGE_PROBLEMS.problem('too-many-in-flight', `This API key has ${current} requests in processing, the most this server takes at once; retry after 1 s.`), 1, {})
       }
       this.#inFlight.set(tenant, current + 1)
     }

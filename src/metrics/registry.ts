@@ -144,7 +144,7 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
 }
 
 /**
- * The answers of an idempotent POST route (SPEC, HTTP contract) whose
+ * The answers of an idempotent POST route (the README's HTTP API) whose
  * http_requests_total series exist from the start: the dashboards' "HTTP
  * answers by status" and any status ratio see the first 409 or 5xx after a
  * deploy. Others (a 502 from a proxy, say) appear on first use.

@@ -60,7 +60,7 @@ interface Row {
  * Reads only: takes no row lock, so it never delays a worker or a claim.
  * Order and keyset are (stale_at, tenant, key): unique, so no key is shown
  * twice or skipped across pages while keys come and go. It is the primary key
- * of idempotency_processing (sql/00006), which holds exactly the keys in
+ * of idempotency_processing (sql/engine/00005), which holds exactly the keys in
  * processing, so a deep page reads `limit` entries, never the rows before it,
  * and completed keys are never read at all.
  */

@@ -205,6 +205,9 @@ async function paymentOf(context: OperationsContext, row: Row): Promise<PaymentS
     return null
   }
   if (typeof id !== 'string' || !UUID.test(id)) return null
+  // An app on the plugin has no payments table (the service's migration line): its keys name no payment.
+  const [table] = await context.sql<{ found: boolean }[]>`select to_regclass('payments') is not null as found`
+  if (!table?.found) return null
   const [payment] = await context.sql<{ id: string; amount: string; currency: string; customer: string; description: string | null; status: string; provider_ref: string; created_at: Date }[]>`
     select id::text, amount::text, currency, customer, description, status, provider_ref, created_at
       from payments

@@ -3,8 +3,9 @@ import { characters } from '../characters'
 import type { Pools } from '../store/db'
 import { retryRead } from '../store/read'
 import { idempotentPost, type IdempotencyOptions } from '../http/idempotency'
-import { detail, problemAnswer } from '../http/operation'
+import { detail, problemAnswer, problemAnswers } from '../http/operation'
 import { problem, problemResponse, problems } from '../http/problem'
+import { PAYMENT_PROBLEMS } from './problems'
 import { decodeCursor, encodeCursor, isUuid } from './cursor'
 import type { Charge, PaymentProvider } from '../provider/client'
 import { CUSTOMER_MAX_LENGTH, DEFAULT_LIMIT, MAX_LIMIT, NewPayment, Payment, PaymentListQuery, PaymentPage, validateNewPayment } from './schema'
@@ -22,6 +23,7 @@ export interface PaymentsOptions extends IdempotencyOptions {
 const TAGS = ['payments']
 const json = (schema: unknown) => ({ 'application/json': { schema } })
 const unauthorized = problemAnswer(['unauthorized'], 'No or wrong API key.')
+const paymentAnswer = problemAnswers(PAYMENT_PROBLEMS)
 
 /** The reference payments API: idempotent POST, GET by id, list by customer. */
 export function paymentsRoutes(options: PaymentsOptions) {
@@ -32,6 +34,7 @@ export function paymentsRoutes(options: PaymentsOptions) {
     path: PAYMENTS_ROUTE,
     body: NewPayment,
     validate: validateNewPayment,
+    problems: PAYMENT_PROBLEMS,
     docs: {
       summary: 'Create a payment, once per Idempotency-Key',
       tags: TAGS,
@@ -42,7 +45,7 @@ export function paymentsRoutes(options: PaymentsOptions) {
           headers: { Location: { description: 'The new payment: `/api/payments/{id}`.', required: true, schema: { type: 'string' } } },
           content: json(Payment),
         },
-        502: problemAnswer(['provider-failed', 'provider-key-conflict'], 'The payment provider failed or refused; the key was released, so a retry runs again.'),
+        502: paymentAnswer(['provider-failed', 'provider-key-conflict'], 'The payment provider failed or refused; the key was released, so a retry runs again.'),
       },
     },
     // What the admin shows of a key before its payment exists: who and how much, to look it up at the provider.

@@ -6,13 +6,15 @@ import type { Validation } from '../http/idempotency'
 
 /** The largest amount in minor units: 10^12 (ten billion in a two-decimal currency). */
 export const MAX_AMOUNT = 1_000_000_000_000
-/** Page size of the list: 20 by default, 100 at most (SPEC). */
+/** Page size of the list: 20 by default, 100 at most (README, The HTTP API). */
 export const DEFAULT_LIMIT = 20
 export const MAX_LIMIT = 100
 /** A customer id: 1 to 64 characters (the payments table checks the same). */
 export const CUSTOMER_MAX_LENGTH = 64
-/** A description: up to 500 characters. */
+/** The payments table checks the same. */
 export const DESCRIPTION_MAX_LENGTH = 500
+/** The payments table's provider_ref: any provider's charge id, not only our simulator's. */
+const PROVIDER_REFERENCE_MAX_LENGTH = 255
 
 const Amount = Type.Integer({ minimum: 1, maximum: MAX_AMOUNT, description: 'Minor units (cents), written as a whole number: no fraction, no exponent.' })
 const Currency = Type.String({ pattern: '^[A-Z]{3}$', description: 'ISO 4217 code, upper case.', examples: ['EUR'] })
@@ -24,7 +26,8 @@ export const NewPayment = Type.Object(
     amount: Amount,
     currency: Currency,
     customer: Customer,
-    description: Type.Optional(Type.String({ maxLength: DESCRIPTION_MAX_LENGTH })),
+    // null, what every answer carries when there is none, means none: a client may send back what it got.
+    description: Type.Optional(Type.Union([Type.String({ maxLength: DESCRIPTION_MAX_LENGTH }), Type.Null()], { description: 'Up to 500 characters; null or absent: none.' })),
   },
   { additionalProperties: false, title: 'NewPayment' },
 )
@@ -42,7 +45,7 @@ const NewPaymentUnits = Type.Object(
     amount: Amount,
     currency: Currency,
     customer: Type.String({ minLength: 1, maxLength: 2 * CUSTOMER_MAX_LENGTH }),
-    description: Type.Optional(Type.String({ maxLength: 2 * DESCRIPTION_MAX_LENGTH })),
+    description: Type.Optional(Type.Union([Type.String({ maxLength: 2 * DESCRIPTION_MAX_LENGTH }), Type.Null()])),
   },
   { additionalProperties: false },
 )
@@ -50,7 +53,7 @@ const NewPaymentUnits = Type.Object(
 function lengthErrors(payment: NewPayment): string[] {
   const errors: string[] = []
   if (characters(payment.customer) > CUSTOMER_MAX_LENGTH) errors.push(`/customer: Expected string length less or equal to ${CUSTOMER_MAX_LENGTH} characters`)
-  if (payment.description !== undefined && characters(payment.description) > DESCRIPTION_MAX_LENGTH)
+  if (typeof payment.description === 'string' && characters(payment.description) > DESCRIPTION_MAX_LENGTH)
     errors.push(`/description: Expected string length less or equal to ${DESCRIPTION_MAX_LENGTH} characters`)
   return errors
 }
@@ -64,10 +67,10 @@ export const Payment = Type.Object(
     amount: Amount,
     currency: Currency,
     customer: Customer,
-    description: Type.Union([Type.String({ maxLength: 500 }), Type.Null()]),
+    description: Type.Union([Type.String({ maxLength: DESCRIPTION_MAX_LENGTH }), Type.Null()]),
     status: Type.Literal('succeeded'),
-    provider_reference: Type.String({ minLength: 1, maxLength: 64, description: 'The payment provider\'s charge id.' }),
-    created_at: Type.String({ description: 'ISO 8601, UTC.' }),
+    provider_reference: Type.String({ minLength: 1, maxLength: PROVIDER_REFERENCE_MAX_LENGTH, description: 'The payment provider\'s charge id.' }),
+    created_at: Type.String({ format: 'date-time', description: 'RFC 3339 (ISO 8601) in UTC, with milliseconds.', examples: ['2026-12-01T00:50:46.069Z'] }),
   },
   { additionalProperties: false, title: 'Payment' },
 )

@@ -1,6 +1,6 @@
 /**
  * The service's side of the payment provider: one charge call, made safe to
- * repeat by the Idempotency-Key the caller derives (SPEC invariant 8).
+ * repeat by the Idempotency-Key the caller derives (Exactly once at the provider, docs/invariants.md).
  *
  * What is retried here, and what is not:
  * - A lost answer (no response, connection reset, a body cut off) is retried
@@ -9,7 +9,7 @@
  * - A 5xx is not retried: the provider said it charged nothing, so the
  *   service fails fast, releases its own key, and its client retries the
  *   whole request (which reaches here again with the same key).
- * - The caller's signal (the request's deadline, invariant 7) ends everything,
+ * - The caller's signal (the request's deadline: Bounded processing) ends everything,
  *   in flight or between attempts, and the promise rejects with its reason
  *   unwrapped, so the caller can tell a deadline from a provider failure.
  */

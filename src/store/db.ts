@@ -34,7 +34,7 @@ export const LOCK_TIMEOUT_MS = 1_000
  * for more than a round trip. A process that hangs, or whose connection goes
  * half-open, between its completing UPDATE and COMMIT would otherwise hold the
  * key's row lock until TCP gives up (hours); with this the lock is gone within
- * seconds and the key can be reclaimed (invariant 7).
+ * seconds and the key can be reclaimed (Bounded processing, docs/invariants.md).
  */
 export const IDLE_IN_TRANSACTION_TIMEOUT_MS = 5_000
 /**
@@ -99,7 +99,7 @@ export async function missingSessionSettings(sql: postgres.Sql<any>): Promise<st
  *   default_transaction_read_only = off", which a hot standby of PostgreSQL 14+
  *   also reports: during a failover a reconnect would settle on the standby
  *   that is not yet promoted, and every write on that connection failed (25006)
- *   (seen in test/scale/failover.test.ts). `primary` (not in recovery) is what
+ *   (seen in test/scale/failover.scale.ts). `primary` (not in recovery) is what
  *   read-write means for us, as in libpq.
  */
 export function driverOptions(url: string, pgbouncer: boolean): { prepare?: boolean; target_session_attrs?: 'primary' } {
@@ -153,7 +153,7 @@ function connect(url: string, max: number, applicationName: string, pgbouncer: b
   }) as Pool
 }
 
-/** Two pools, so that completions can never starve the claims and 409 answers of connections (invariant 6). */
+/** Two pools, so that completions can never starve the claims and 409 answers of connections (No blocked connections, docs/invariants.md). */
 export function openPools(url: string, options: PoolOptions = {}): Pools {
   const name = options.applicationName ?? 'idempotent-post'
   const pgbouncer = options.pgbouncer ?? false

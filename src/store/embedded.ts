@@ -62,7 +62,7 @@ export interface EmbeddedPostgres {
 export async function startEmbedded(options: EmbeddedOptions = {}): Promise<EmbeddedPostgres> {
   const port = options.port ?? DEFAULT_EMBEDDED_PORT
   const log = options.log ?? (() => undefined)
-  const url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`
+  const url = embeddedUrl(port)
   const owner = await postgresUser()
   const bin = await binariesFor(owner, log)
   const dir = await placeData(resolve(options.dir ?? '.data/pg'), owner, options.relocate ?? true, log)
@@ -110,8 +110,7 @@ async function placeData(wanted: string, owner: Owner | undefined, relocate: boo
   if (!owner) return wanted // the server runs as us, and our checkout is ours to reach
   const hasData = (dir: string) => existsSync(join(dir, 'PG_VERSION'))
   if (hasData(wanted) && await reachable(wanted, owner)) return wanted
-  const id = createHash('sha256').update(wanted).digest('hex').slice(0, 12)
-  const candidates = SYSTEM_DATA_ROOTS.map((root) => join(root, id, 'pg'))
+  const candidates = relocatedDirs(wanted)
   const moved = (dir: string) => {
     log(`the postgres user cannot reach ${wanted} (a private parent directory, e.g. a 0700 home): the embedded PostgreSQL keeps this checkout's data in ${dir} (set EMBEDDED_PG_DIR to choose)`)
     return dir
@@ -131,6 +130,40 @@ async function placeData(wanted: string, owner: Owner | undefined, relocate: boo
     }
   }
   throw new Error(`the postgres user cannot reach ${wanted}, nor any of ${SYSTEM_DATA_ROOTS.join(', ')}: set EMBEDDED_PG_DIR to a directory it can reach`)
+}
+
+/** The embedded server's URL: initdb gives user postgres the password postgres (see initialise), it listens on 127.0.0.1 only. */
+const embeddedUrl = (port: number): string => `postgres://postgres:postgres@127.0.0.1:${port}/postgres`
+
+/** Where the data of `wanted` goes when the postgres user cannot reach it, in order of preference. */
+function relocatedDirs(wanted: string): string[] {
+  const id = createHash('sha256').update(wanted).digest('hex').slice(0, 12)
+  return SYSTEM_DATA_ROOTS.map((root) => join(root, id, 'pg'))
+}
+
+/** A server of this product's embedded PostgreSQL, running. */
+export interface RunningEmbedded {
+  readonly url: string
+  readonly dir: string
+  readonly port: number
+}
+
+/**
+ * The embedded PostgreSQL a service started with these options is running,
+ * found by the rules startEmbedded places its data by (`dir`, else, with
+ * `relocate`, this checkout's folder under SYSTEM_DATA_ROOTS) and its port
+ * read from the server's own lock file (postmaster.pid, line 4), so another
+ * process (the operator CLI) reaches it without being told. Undefined when
+ * no server runs there. Starts nothing.
+ */
+export function findRunningEmbedded(options: Pick<EmbeddedOptions, 'dir' | 'relocate'> = {}): RunningEmbedded | undefined {
+  const wanted = resolve(options.dir ?? '.data/pg')
+  for (const dir of [wanted, ...(options.relocate ?? true ? relocatedDirs(wanted) : [])]) {
+    if (runningPostmaster(dir) === undefined) continue
+    const port = Number(readFileSync(join(dir, 'postmaster.pid'), 'utf8').split('\n')[3])
+    if (Number.isInteger(port) && port > 0 && port <= 65535) return { url: embeddedUrl(port), dir, port }
+  }
+  return undefined
 }
 
 /** Makes `dir` if need be (each new level mode 0755, whatever the umask); whether `owner` can then enter it. */

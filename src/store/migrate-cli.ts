@@ -1,11 +1,12 @@
-/** `npm run migrate`: applies sql/ to DATABASE_URL, or to the embedded PostgreSQL when unset. */
+/** `npm run migrate`: applies sql/engine and sql/service to DATABASE_URL, or to the embedded PostgreSQL when unset. */
 import { startEmbedded } from './embedded'
-import { migrate } from './migrate'
+import { describeVersions, migrateService } from './migrate'
 
 const embedded = process.env.DATABASE_URL ? undefined : await startEmbedded({ log: console.log })
 try {
-  const { applied, version } = await migrate(process.env.DATABASE_URL || embedded!.url)
-  console.log(`schema at migration ${version} (${applied} applied)`)
+  const { applied, versions, adopted } = await migrateService(process.env.DATABASE_URL || embedded!.url)
+  if (adopted) console.log('the single-line layout of earlier releases (table migrations) was recorded in idempotency_migrations and service_migrations')
+  console.log(`schema at migrations ${describeVersions(versions)} (${applied} applied)`)
 } catch (error) {
   console.error(`migration failed: ${error instanceof Error ? error.message : error}`)
   process.exitCode = 1

@@ -1,46 +1,185 @@
-import { readdirSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
-import shift from 'postgres-shift'
 
-export const MIGRATIONS_DIR = join(import.meta.dir, '..', '..', 'sql')
-
-/** Any fixed number; it only has to be the same in every process of this product. */
-const MIGRATION_LOCK_ID = 7_246_013_917
+/** sql/: one folder per migration line (sql/README.md). */
+export const SQL_DIR = join(import.meta.dir, '..', '..', 'sql')
 
 /**
- * Applies the numbered migrations in sql/ (postgres-shift: porsager's runner
- * for postgres.js, forward-only, each run in one transaction).
- *
- * postgres-shift alone would race when several processes start at once, so we
- * hold a session advisory lock on a single-connection client for the whole
- * run: the others wait, then find nothing left to do. A database migrated by a
- * newer release (more migrations than we know) is refused rather than run
- * against a schema we don't understand.
+ * A line of numbered, forward-only migrations with a table of its own that
+ * records which of them a database has. Lines are applied in the order
+ * given; a later line may rely on an earlier one, never the reverse.
  */
-export async function migrate(url: string, dir = MIGRATIONS_DIR): Promise<{ applied: number; version: number }> {
-  const known = readdirSync(dir).filter((file) => /^\d{5}_.*\.sql$/.test(file)).length
+export interface MigrationLine {
+  /** For messages: "engine", "service". */
+  readonly name: string
+  /** The table that records this line's versions in a database. */
+  readonly table: string
+  /** Its files: NNNNN_name.sql, numbered from 00001 without gaps. */
+  readonly dir: string
+}
+
+/** The engine's tables (keys, processes, settings, audit): what `migrate()` of `idempotent-post/engine` applies, and all a plugin user gets. */
+export const ENGINE_MIGRATIONS: MigrationLine = Object.freeze({ name: 'engine', table: 'idempotency_migrations', dir: join(SQL_DIR, 'engine') })
+/** The reference service's tables (payments; later the admin's sessions), on top of the engine's. */
+export const SERVICE_MIGRATIONS: MigrationLine = Object.freeze({ name: 'service', table: 'service_migrations', dir: join(SQL_DIR, 'service') })
+/** What the payments service runs on: both lines, the engine's first. */
+export const SERVICE_LINES: readonly MigrationLine[] = Object.freeze([ENGINE_MIGRATIONS, SERVICE_MIGRATIONS])
+
+/** Any fixed number; it only has to be the same in every process of this product, every release (the single-line runner used it too). */
+const MIGRATION_LOCK_ID = 7_246_013_917
+
+interface Migration {
+  readonly version: number
+  readonly name: string
+  readonly file: string
+}
+
+const FILE = /^(\d{5})_([a-z0-9_]+)\.sql$/
+
+/** A line's files in order; a gap or a duplicate number is refused (a half-merged branch, a typo). */
+export function migrationsOf(line: MigrationLine): Migration[] {
+  const migrations = readdirSync(line.dir).flatMap((file) => {
+    const match = FILE.exec(file)
+    return match ? [{ version: Number(match[1]), name: match[2]!, file: join(line.dir, file) }] : []
+  }).sort((a, b) => a.version - b.version)
+  migrations.forEach((migration, index) => {
+    if (migration.version !== index + 1) throw new Error(`${line.dir}: migration ${index + 1} is missing or numbered twice (found ${migration.version}); number them 00001, 00002, ... without gaps`)
+  })
+  return migrations
+}
+
+/**
+ * The single line this product used before the engine and the service had
+ * lines of their own: postgres-shift's `migrations` table, versions 1..4,
+ * named after these files. A database migrated by it is adopted: each of
+ * its versions maps to the versions of the new lines that hold the same
+ * statements (the split of sql/ into sql/engine and sql/service), so
+ * nothing is run twice and no row moves.
+ */
+const LEGACY_TABLE = 'migrations'
+const LEGACY: readonly { name: string; engine: number; service: number }[] = [
+  { name: 'idempotency_keys.sql', engine: 1, service: 0 },
+  { name: 'payments.sql', engine: 1, service: 1 },
+  { name: 'admin_audit.sql', engine: 2, service: 1 },
+  { name: 'atomic_phases.sql', engine: 3, service: 2 },
+]
+/**
+ * Written into the old table once adopted: the old runner refuses a
+ * database whose version is beyond the files it knows ("newer than this
+ * release"), so an old release started during a rolling upgrade stops
+ * instead of running on a schema it does not know.
+ */
+const LEGACY_TOMBSTONE = { version: LEGACY.length + 1, name: `superseded by ${ENGINE_MIGRATIONS.table} and ${SERVICE_MIGRATIONS.table}` }
+
+export interface MigrationResult {
+  /** Migrations applied by this run, all lines together. */
+  readonly applied: number
+  /** Each line's version after the run, by line name. */
+  readonly versions: Readonly<Record<string, number>>
+  /** The old single-line layout was found and recorded in the new lines by this run. */
+  readonly adopted: boolean
+}
+
+/**
+ * Applies the pending migrations of `lines` (default: the engine's only)
+ * to the database at `url`.
+ *
+ * Several processes starting at once would race, so the whole run holds a
+ * session advisory lock on a single-connection client: the others wait,
+ * then find nothing left to do. Everything pending, across lines, runs in
+ * one transaction: a failed file leaves the database as it was. A database
+ * migrated by a newer release (a version beyond this release's files) is
+ * refused rather than run against a schema we don't understand.
+ */
+export async function migrate(url: string, options: { lines?: readonly MigrationLine[] } = {}): Promise<MigrationResult> {
+  const lines = options.lines ?? [ENGINE_MIGRATIONS]
+  const known = new Map(lines.map((line) => [line, migrationsOf(line)]))
   const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10 })
   try {
     await sql`select pg_advisory_lock(${MIGRATION_LOCK_ID})`
-    const before = await currentVersion(sql)
-    if (before > known)
-      throw new Error(`the database schema is at migration ${before}, newer than this release knows (${known}); upgrade the service`)
-    await shift({ sql, path: dir })
-    const after = await currentVersion(sql)
-    return { applied: after - before, version: after }
+    return await sql.begin(async (tx) => {
+      const adopted = await adoptLegacy(tx)
+      let applied = 0
+      const versions: Record<string, number> = {}
+      for (const line of lines) {
+        await ensureTable(tx, line)
+        const migrations = known.get(line)!
+        const current = await versionOf(tx, line)
+        if (current > migrations.length)
+          throw new Error(`the database's ${line.name} schema is at migration ${current}, newer than this release knows (${migrations.length}); upgrade the service`)
+        for (const migration of migrations.slice(current)) {
+          await tx.unsafe(readFileSync(migration.file, 'utf8'))
+          await tx`insert into ${tx(line.table)} (version, name) values (${migration.version}, ${migration.name})`
+          applied++
+        }
+        versions[line.name] = migrations.length
+      }
+      return { applied, versions, adopted }
+    })
   } finally {
     await sql`select pg_advisory_unlock(${MIGRATION_LOCK_ID})`.catch(() => undefined)
     await sql.end({ timeout: 5 })
   }
 }
 
-async function currentVersion(sql: postgres.Sql): Promise<number> {
-  const [row] = await sql<{ version: number | null }[]>`
-    select case when to_regclass('migrations') is null then 0 end as version`
-  if (row?.version === 0) return 0
-  const [latest] = await sql<{ version: number }[]>`select coalesce(max(migration_id), 0)::int as version from migrations`
-  return latest?.version ?? 0
+/** The payments service's schema: the engine's line, then the service's. */
+export function migrateService(url: string): Promise<MigrationResult> {
+  return migrate(url, { lines: SERVICE_LINES })
+}
+
+type Sql = postgres.Sql | postgres.TransactionSql
+
+async function ensureTable(sql: Sql, line: MigrationLine): Promise<void> {
+  await sql`
+    create table if not exists ${sql(line.table)} (
+      version    integer     primary key check (version >= 1),
+      name       text        not null,
+      applied_at timestamptz not null default now()
+    )`
+}
+
+const exists = async (sql: Sql, table: string): Promise<boolean> =>
+  (await sql<{ found: boolean }[]>`select to_regclass(${table}) is not null as found`)[0]!.found
+
+/** The line's version in this database: 0 when its table does not exist yet. */
+async function versionOf(sql: Sql, line: MigrationLine): Promise<number> {
+  if (!await exists(sql, line.table)) return 0
+  const [row] = await sql<{ version: number }[]>`select coalesce(max(version), 0)::int as version from ${sql(line.table)}`
+  return row!.version
+}
+
+/**
+ * The old layout's version when `migrations` is ours and not adopted yet:
+ * every row is one of our old files at its number (so another tool's
+ * `migrations` table is never taken for ours). Undefined otherwise.
+ */
+async function legacyVersion(sql: Sql): Promise<number | undefined> {
+  if (await exists(sql, ENGINE_MIGRATIONS.table) || !await exists(sql, LEGACY_TABLE)) return undefined
+  const rows = await sql<{ id: number; name: string }[]>`select migration_id::int as id, name from ${sql(LEGACY_TABLE)} order by migration_id`
+  const ours = rows.length > 0 && rows.length <= LEGACY.length && rows.every((row, index) => row.id === index + 1 && row.name === LEGACY[index]!.name)
+  return ours ? rows.length : undefined
+}
+
+/** Records a database of the old layout in the new lines, with the time each old version was applied. */
+async function adoptLegacy(sql: Sql): Promise<boolean> {
+  const version = await legacyVersion(sql)
+  if (version === undefined) return false
+  const { engine, service } = LEGACY[version - 1]!
+  for (const [line, upTo] of [[ENGINE_MIGRATIONS, engine], [SERVICE_MIGRATIONS, service]] as const) {
+    if (upTo === 0) continue
+    await ensureTable(sql, line)
+    const migrations = migrationsOf(line).slice(0, upTo)
+    for (const migration of migrations) {
+      // Applied when the old version holding its statements was (the first old version that maps to it).
+      const from = LEGACY.findIndex((entry) => (line === ENGINE_MIGRATIONS ? entry.engine : entry.service) >= migration.version) + 1
+      await sql`
+        insert into ${sql(line.table)} (version, name, applied_at)
+        select ${migration.version}, ${migration.name}, created_at from ${sql(LEGACY_TABLE)} where migration_id = ${from}`
+    }
+  }
+  await sql`insert into ${sql(LEGACY_TABLE)} (migration_id, name) values (${LEGACY_TOMBSTONE.version}, ${LEGACY_TOMBSTONE.name})`
+  return true
 }
 
 /**
@@ -50,17 +189,27 @@ async function currentVersion(sql: postgres.Sql): Promise<number> {
  * only checks that someone did (`npm run migrate` with a direct DATABASE_URL),
  * and refuses to run on a schema other than the one it knows.
  */
-export async function checkSchema(url: string, options: { prepare?: boolean } = {}, dir = MIGRATIONS_DIR): Promise<number> {
-  const known = readdirSync(dir).filter((file) => /^\d{5}_.*\.sql$/.test(file)).length
+export async function checkSchema(url: string, options: { prepare?: boolean; lines?: readonly MigrationLine[] } = {}): Promise<Readonly<Record<string, number>>> {
+  const lines = options.lines ?? SERVICE_LINES
   const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10, prepare: options.prepare ?? true })
   try {
-    const version = await currentVersion(sql)
-    if (version < known)
-      throw new Error(`the database schema is at migration ${version}, this release needs ${known}: run \`npm run migrate\` with DATABASE_URL pointing at PostgreSQL directly (not through PgBouncer)`)
-    if (version > known)
-      throw new Error(`the database schema is at migration ${version}, newer than this release knows (${known}); upgrade the service`)
-    return version
+    const versions: Record<string, number> = {}
+    for (const line of lines) {
+      const known = migrationsOf(line).length
+      const version = await versionOf(sql, line)
+      if (version < known)
+        throw new Error(`the database's ${line.name} schema is at migration ${version}, this release needs ${known}: run \`npm run migrate\` with DATABASE_URL pointing at PostgreSQL directly (not through PgBouncer)`)
+      if (version > known)
+        throw new Error(`the database's ${line.name} schema is at migration ${version}, newer than this release knows (${known}); upgrade the service`)
+      versions[line.name] = version
+    }
+    return versions
   } finally {
     await sql.end({ timeout: 5 })
   }
+}
+
+/** "engine 3, service 2": a run's versions, for a log line. */
+export function describeVersions(versions: Readonly<Record<string, number>>): string {
+  return Object.entries(versions).map(([line, version]) => `${line} ${version}`).join(', ')
 }

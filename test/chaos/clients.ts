@@ -68,7 +68,7 @@ export async function paymentsByKey(sql: import('postgres').Sql, tenant = 'acme'
   return byKey
 }
 
-/** Checks invariant 1 for each key: one payment, and every 2xx carried its id. Returns the failures. */
+/** Checks Exactly once (docs/invariants.md) for each key: one payment, and every 2xx carried its id. Returns the failures. */
 export function exactlyOnce(results: Map<string, Attempt[]>, payments: Map<string, string[]>): string[] {
   const problems: string[] = []
   for (const [key, attempts] of results) {
@@ -82,7 +82,7 @@ export function exactlyOnce(results: Map<string, Attempt[]>, payments: Map<strin
 }
 
 /**
- * Checks invariant 8 for each key, at the provider's ledger: exactly one
+ * Checks Exactly once at the provider for each key, at the provider's ledger: exactly one
  * charge for the key's customer (each key pays for a customer of its own),
  * and it is the one the payment refers to. Returns the failures.
  */

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import { startEmbedded, type EmbeddedPostgres } from '../../src/store/embedded'
-import { migrate } from '../../src/store/migrate'
+import { migrateService } from '../../src/store/migrate'
 import { startServer, type ServerProcess } from '../support/server'
 import { payment, postPayment } from '../support/http'
 import { exactlyOnce, freePort, payUntilAnswered, paymentsByKey, tally, type Attempt } from './clients'
@@ -34,7 +34,7 @@ beforeAll(async () => {
   dataDir = join(temp, 'pg')
   port = freePort()
   pg = await startEmbedded({ dir: dataDir, port })
-  await migrate(pg.url)
+  await migrateService(pg.url)
   sql = postgres(pg.url, { max: 2, onnotice: () => undefined })
   server = await startServer(pg.url, { IDEMPOTENCY_TTL_SECONDS: '1', PAYMENT_PROVIDER_DELAY_MS: '100' })
 }, 60_000)

@@ -3,7 +3,9 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { chmodSync, copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir, userInfo } from 'node:os'
 import { join } from 'node:path'
+import postgres from 'postgres'
 import { resolveActor, UsageError } from '../../src/cli'
+import { migrate } from '../../src/store/migrate'
 import { claim } from '../../src/core/claim'
 import { writeServerSettings } from '../../src/core/settings'
 import { api, keyInProcessing, startAdmin, stuckKey, type AdminServer } from '../admin/support'
@@ -60,10 +62,12 @@ const doneKey = (key: string, completedAgo: string) => db.sql`
 const exists = async (key: string) => (await db.sql`select 1 from idempotency_keys where key = ${key}`).length === 1
 
 describe('usage', () => {
-  test('DATABASE_URL unset or malformed is a clear usage error (exit 2), checked by the server\'s own parser', async () => {
-    const unset = await idem(['counts'], { DATABASE_URL: '' })
+  test('DATABASE_URL unset with no embedded PostgreSQL running, or malformed: a clear usage error (exit 2), checked by the server\'s own parser', async () => {
+    const nowhere = join(tmpdir(), `idem-no-pg-${crypto.randomUUID()}`)
+    const unset = await idem(['counts'], { DATABASE_URL: '', EMBEDDED_PG_DIR: nowhere })
     expect(unset.code).toBe(2)
-    expect(unset.stderr).toContain('DATABASE_URL is not set')
+    expect(unset.stderr).toContain(`DATABASE_URL is not set, and no embedded PostgreSQL of this checkout is running (data in ${nowhere})`)
+    expect(unset.stderr).toContain('npm start')
     const bad = await idem(['counts'], { DATABASE_URL: 'mysql://x' })
     expect(bad.code).toBe(2)
     expect(bad.stderr).toContain('DATABASE_URL: must be a postgres:// or postgresql:// URL')
@@ -270,15 +274,87 @@ describe('operations', () => {
     expect(retry).toMatchObject({ kind: 'replay', response: { status: 201, body: '{"paid":true}' } })
   })
 
-  test('on a database no server has run on, operator commands refuse rather than guess the settings', async () => {
+  test('on a database no server has run on, operator commands refuse rather than guess the settings (exit 2), and do nothing', async () => {
     const empty = await createTestDatabase('cli_empty')
     try {
-      const run = await idem(['purge', '--yes'], { DATABASE_URL: empty.url })
-      expect(run.code).toBe(1)
-      expect(run.stderr).toContain('start the service once')
+      await empty.sql`
+        insert into idempotency_keys (tenant, key, method, path, fingerprint, status, completed_at, response_status, response_headers, response_body)
+        values ('acme', 'cli-unknown-retention', 'POST', '/x', ${'f'.repeat(64)}, 'done', now() - interval '2 hours', 201, '{}'::jsonb, '{}')`
+      for (const args of [['purge', '--yes'], ['list'], ['purge', '--yes', '--ttl-seconds', '30']]) {
+        const run = await idem(args, { DATABASE_URL: empty.url, IDEMPOTENCY_TTL_SECONDS: '30', IDEMPOTENCY_RETENTION_SECONDS: '60' })
+        expect(run.code, args.join(' ')).toBe(2)
+        expect(run.stderr).toContain('--ttl-seconds 30 --retention-seconds 86400')
+      }
+      const backwards = await idem(['list', '--ttl-seconds', '60', '--retention-seconds', '30'], { DATABASE_URL: empty.url })
+      expect(backwards.code).toBe(2)
+      expect(backwards.stderr).toContain('must be at least --ttl-seconds')
+      expect((await empty.sql`select 1 from idempotency_keys where key = 'cli-unknown-retention'`).length).toBe(1)
     } finally {
       await empty.drop()
     }
+  })
+
+  test('a value given where the server recorded its own must agree with it', async () => {
+    const wrong = await idem(['purge', '--yes', '--retention-seconds', '60'])
+    expect(wrong.code).toBe(2)
+    expect(wrong.stderr).toContain(`--retention-seconds 60 disagrees with the ${RETENTION} the server recorded`)
+    expect((await idem(['counts', '--retention-seconds', String(RETENTION), '--ttl-seconds', '30'])).code).toBe(0)
+  })
+})
+
+describe('on an app\'s database (the plugin\'s tables only, no settings recorded)', () => {
+  let app: { url: string; sql: postgres.Sql; drop(): Promise<void> }
+  beforeAll(async () => {
+    const name = `idem_cli_plugin_${crypto.randomUUID().slice(0, 8)}`
+    const base = postgres(process.env.DATABASE_URL!, { max: 1, onnotice: () => undefined })
+    await base.unsafe(`create database "${name}"`)
+    await base.end()
+    const url = new URL(process.env.DATABASE_URL!)
+    url.pathname = `/${name}`
+    await migrate(url.toString()) // what idempotent-post/engine gives an app: no payments, no settings row
+    const sql = postgres(url.toString(), { max: 2, onnotice: () => undefined })
+    app = {
+      url: url.toString(),
+      sql,
+      async drop() {
+        await sql.end({ timeout: 1 })
+        const admin = postgres(process.env.DATABASE_URL!, { max: 1, onnotice: () => undefined })
+        await admin.unsafe(`drop database if exists "${name}" with (force)`)
+        await admin.end()
+      },
+    }
+  })
+  afterAll(async () => {
+    await app?.drop()
+  })
+
+  test('with the app\'s TTL and retention given, every command works: list, show, expire, purge, audit', async () => {
+    const flags = ['--ttl-seconds', '20', '--retention-seconds', '600']
+    const env = { DATABASE_URL: app.url }
+    await app.sql`
+      insert into idempotency_keys (tenant, key, method, path, fingerprint, status, locked_at)
+      values ('shop', 'order-stuck', 'POST', '/orders', ${'c'.repeat(64)}, 'processing', now() - interval '1 minute')`
+    await app.sql`
+      insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at, response_status, response_headers, response_body)
+      values ('shop', 'order-old', 'POST', '/orders', ${'d'.repeat(64)}, 'done', now() - interval '12 minutes', now() - interval '12 minutes', now() - interval '11 minutes', 201, '{}'::jsonb, ${JSON.stringify({ id: crypto.randomUUID() })}),
+             ('shop', 'order-new', 'POST', '/orders', ${'d'.repeat(64)}, 'done', now() - interval '10 minutes', now() - interval '10 minutes', now() - interval '9 minutes', 201, '{}'::jsonb, '{}')`
+    const list = await idem(['list', ...flags], env)
+    expect(list.code).toBe(0)
+    expect(list.stdout).toMatch(/stale\s+shop\s+order-stuck\s+POST \/orders/)
+    // A completed key whose answer names an id: no payments table here, so no payment, and no error.
+    const show = await idem(['show', 'shop', 'order-old', '--json', ...flags], env)
+    expect(show.code).toBe(0)
+    expect(JSON.parse(show.stdout).payment).toBeNull()
+    const expire = await idem([...flags, 'expire', 'shop', 'order-stuck', '--yes', '--actor', 'ops'], env)
+    expect(expire.code).toBe(0)
+    expect((await app.sql`select status from idempotency_keys where key = 'order-stuck'`)[0]!.status).toBe('released')
+    const purge = await idem(['purge', '--yes', '--actor', 'ops', ...flags], env)
+    expect(purge.code).toBe(0)
+    expect(purge.stdout).toContain('purged 1 expired key(s)')
+    expect((await app.sql`select key from idempotency_keys order by key`).map((row) => row.key)).toEqual(['order-new', 'order-stuck'])
+    const audit = await idem(['audit', ...flags], env)
+    expect(audit.stdout).toMatch(/cli:ops\s+purge_expired/)
+    expect(audit.stdout).toMatch(/cli:ops\s+force_expire\s+shop\s+order-stuck\s+expired/)
   })
 })
 

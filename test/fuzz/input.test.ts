@@ -20,6 +20,7 @@
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import fc from 'fast-check'
+import { parseItem } from 'structured-headers'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { startApp, type InProcessService } from '../support/app'
 import { rawPost, rawRequest, type RawAnswer } from './raw-http'
@@ -111,6 +112,26 @@ async function send(sent: Sent): Promise<Outcome> {
 
 const KEY = /^[!-~]{1,255}$/
 
+/**
+ * The key a field value names, as the contract says: the value itself, or,
+ * when it starts with `"`, the RFC 8941 sf-string it is (structured-headers
+ * as the reference parser; its parameters ignored); undefined when malformed.
+ */
+function keyOf(value: string | null): string | undefined {
+  if (value === null) return undefined
+  let key = value
+  if (value.startsWith('"')) {
+    try {
+      const [item] = parseItem(value)
+      if (typeof item !== 'string') return undefined
+      key = item
+    } catch {
+      return undefined
+    }
+  }
+  return KEY.test(key) ? key : undefined
+}
+
 /** What the server sees of a header value: latin1, optional white space around it trimmed. */
 function headerValue(bytes: Uint8Array): string {
   return latin1(bytes).replace(/^[ \t]+|[ \t]+$/g, '')
@@ -130,7 +151,7 @@ function deeperThan(value: unknown, limit: number): boolean {
   return Object.values(value as object).some((item) => deeperThan(item, limit - 1))
 }
 
-/** True when `value` is a payment the schema accepts (SPEC: amount, currency, customer, description?). */
+/** True when `value` is a payment the schema accepts (payments/schema.ts: amount, currency, customer, description?). */
 /** A string (or key) that is not well-formed Unicode: PostgreSQL would store U+FFFD instead. */
 function hasLoneSurrogate(value: unknown): boolean {
   if (typeof value === 'string') return !value.isWellFormed()
@@ -145,7 +166,7 @@ function validPayment(value: unknown): boolean {
   if (!(Number.isInteger(v.amount) && (v.amount as number) >= 1 && (v.amount as number) <= 1e12)) return false
   if (!(typeof v.currency === 'string' && /^[A-Z]{3}$/.test(v.currency))) return false
   if (!(typeof v.customer === 'string' && v.customer.length >= 1 && v.customer.length <= 64)) return false
-  if ('description' in v && !(typeof v.description === 'string' && v.description.length <= 500)) return false
+  if ('description' in v && v.description !== null && !(typeof v.description === 'string' && v.description.length <= 500)) return false
   return !hasNul(value)
 }
 
@@ -160,7 +181,7 @@ function expectedStatus(key: string | null, contentType: string | null, body: Ui
     return 400
   }
   if (deeperThan(value, 32) || hasNul(value) || hasLoneSurrogate(value)) return 400
-  if (key === null || !KEY.test(key)) return 400
+  if (keyOf(key) === undefined) return 400
   // JSON.parse rounds 100.0 and 1e2 to integers; the contract wants integers as written.
   if (/\.|\d[eE]/.test(new TextDecoder().decode(body).replace(/"(?:[^"\\]|\\.)*"/g, '""'))) return 400
   return validPayment(value) ? 201 : 400
@@ -222,6 +243,9 @@ const bodyBytes: fc.Arbitrary<Uint8Array> = fc.oneof(
 const keyBytes: fc.Arbitrary<Uint8Array> = fc.oneof(
   fc.string({ unit: 'binary', maxLength: 40 }).map((s) => enc.encode(s)),
   fc.string({ unit: fc.constantFrom('a', 'Z', '!', '~', ' ', '\t', '\x7f', '\x01', '\x1f', '"', ','), maxLength: 20 }).map(bytesOf),
+  // sf-strings, well-formed or not: escapes, stray quotes, parameters, text after the string.
+  fc.tuple(fc.string({ unit: fc.constantFrom('a', 'k', '-', ' ', '\\', '\\"', '\\\\', '"', '\\q', ';'), maxLength: 12 }), fc.constantFrom('', ';x=1', ';a;b=?0', ' x', ';X=1', ', "k"', '"'))
+    .map(([inner, after]) => bytesOf(`"${inner}"${after}`)),
   fc.integer({ min: 250, max: 400 }).map((n) => enc.encode('k'.repeat(n))),
   fc.uint8Array({ maxLength: 30 }),
   fc.constant(new Uint8Array()),
@@ -247,19 +271,19 @@ test('fuzzed bodies: never a 5xx, problem+json errors, nothing half-stored, the 
   expect(seen.get(400)).toBeGreaterThan(0)
 }, 120_000)
 
-test('fuzzed Idempotency-Key bytes: only printable ASCII 1..255 is accepted; Bun or the app refuses the rest, storing nothing', async () => {
+test('fuzzed Idempotency-Key bytes: only a key of 1..255 printable ASCII, bare or as an sf-string, is accepted; Bun or the app refuses the rest, storing nothing', async () => {
   const seen = new Map<string, number>()
   const used = new Map<string, string>()
   await fc.assert(fc.asyncProperty(keyBytes, validBody, async (key, body) => {
     const { answer, byBun } = await send({ key, body: JSON.stringify(body) })
     const label = `${answer.status}${byBun ? ' by Bun' : ''}`
     seen.set(label, (seen.get(label) ?? 0) + 1)
-    const value = headerValue(key)
+    const value = keyOf(headerValue(key))
     if (byBun) {
       // Bun refuses control bytes in header values before the app sees them.
       expect(answer.status).toBe(400)
       expect([...key].some((b) => b < 0x20 && b !== 0x09)).toBe(true)
-    } else if (KEY.test(value) && validPayment(body)) {
+    } else if (value !== undefined && validPayment(body)) {
       // fast-check repeats keys: a repeat is a replay (same body) or a 422 (another body).
       const earlier = used.get(value)
       const canonical = JSON.stringify(body, Object.keys(body).sort())

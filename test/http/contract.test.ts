@@ -1,5 +1,5 @@
 /**
- * Every row of SPEC.md's HTTP table, through the service's app in this
+ * Every row of the HTTP contract (the README's HTTP API, the problem codes), through the service's app in this
  * process (`app.handle`, as elysia-html tests) and a real PostgreSQL; the
  * body limits also over a real socket. No process boundary is under test
  * here: the storm, chaos and shutdown suites run the service as a process.
@@ -179,6 +179,62 @@ describe('POST /api/payments', () => {
     })
   }
 
+  describe('Idempotency-Key as an RFC 8941 sf-string (draft-ietf-httpapi-idempotency-key-header)', () => {
+    /** Over a real socket: the field as a client's HTTP stack sends it. */
+    const send = (url: string, field: string, body: unknown = payment()) => fetch(paymentRequest(url, body, { key: field }))
+
+    test('"k-1", k-1 and "k-1";x=1 name one key: one payment, the rest replays', async () => {
+      const url = server.listen()
+      const key = `sf-${crypto.randomUUID()}`
+      const first = await send(url, `"${key}"`)
+      expect(first.status).toBe(201)
+      const body = await first.text()
+      for (const field of [key, `"${key}";x=1;y`, ` "${key}" `]) {
+        const again = await send(url, field)
+        expect(again.status, field).toBe(201)
+        expect(again.headers.get('idempotent-replayed'), field).toBe('true')
+        expect(await again.text()).toBe(body)
+      }
+      expect(await counts(key)).toEqual({ keys: 1, payments: 1 })
+      // The bare form first, then the quoted one: the same key still.
+      const bare = `sf-bare-${crypto.randomUUID()}`
+      expect((await send(url, bare)).status).toBe(201)
+      expect((await send(url, `"${bare}"`)).headers.get('idempotent-replayed')).toBe('true')
+      expect(await counts(bare)).toEqual({ keys: 1, payments: 1 })
+    })
+
+    test('\\" and \\\\ are unescaped: the key is what the sf-string says', async () => {
+      const url = server.listen()
+      const id = crypto.randomUUID()
+      const key = `sf"q\\${id}`
+      expect((await send(url, `"sf\\"q\\\\${id}"`)).status).toBe(201)
+      const [row] = await db.sql<{ key: string }[]>`select key from idempotency_keys where key like ${`%${id}`}`
+      expect(row!.key).toBe(key)
+      expect((await send(url, key)).headers.get('idempotent-replayed')).toBe('true')
+      expect(await counts(key)).toEqual({ keys: 1, payments: 1 })
+    })
+
+    const malformed: [string, string][] = [
+      ['unterminated', '"sf-open'],
+      ['text after the string', '"sf-1" x'],
+      ['an escape other than \\" and \\\\', '"sf\\q"'],
+      ['two members (the field sent twice)', '"sf-1", "sf-1"'],
+      ['empty', '""'],
+      ['a space inside', '"sf 1"'],
+      ['256 characters once unescaped', `"${'k'.repeat(256)}"`],
+      ['a malformed parameter', '"sf-1";X=1'],
+    ]
+    for (const [name, field] of malformed) {
+      test(`a field starting with " that is not a valid key (${name}): 400, nothing stored`, async () => {
+        const url = server.listen()
+        const before = await counts()
+        const problem = await expectProblem(await send(url, field), 400)
+        expect(problem.code).toBe('invalid-idempotency-key')
+        expect(await counts()).toEqual(before)
+      })
+    }
+  })
+
   test('Idempotency-Key of exactly 255 printable characters is accepted', async () => {
     const key = '!~'.repeat(127) + 'x'
     expect((await postPayment(server, payment(), { key })).status).toBe(201)
@@ -209,6 +265,23 @@ describe('POST /api/payments', () => {
       expect(await counts(key)).toEqual({ keys: 0, payments: 0 })
     })
   }
+
+  test('"description": null is no description: 201, answered as null, the same request on a retry', async () => {
+    const key = `null-description-${crypto.randomUUID()}`
+    const body = { ...payment(), description: null }
+    const first = await postPayment(server, body, { key })
+    expect(first.status).toBe(201)
+    const created = await json(first)
+    expect(created.description).toBeNull()
+    const again = await postPayment(server, body, { key })
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+    expect(await counts(key)).toEqual({ keys: 1, payments: 1 })
+    // A client may send back what it got: the answer's own fields, description null included.
+    const { amount, currency, customer, description } = created
+    expect((await postPayment(server, { amount, currency, customer, description })).status).toBe(201)
+    const [row] = await db.sql`select description from payments where idempotency_key = ${key}`
+    expect(row!.description).toBeNull()
+  })
 
   test('a 500-character description and a 64-character customer are accepted', async () => {
     const response = await postPayment(server, payment({ description: 'd'.repeat(500), customer: 'c'.repeat(64), amount: 1e12 }))
@@ -337,7 +410,62 @@ describe('service endpoints', () => {
     expect((await server.fetch('/readyz')).status).toBe(200)
   })
 
-  test('unknown routes answer 404 problem+json', async () => {
+  test('unknown routes answer 404 problem+json, whatever the method', async () => {
     await expectProblem(await server.fetch('/nope'), 404)
+    await expectProblem(await server.fetch('/nope', { method: 'PUT' }), 404)
+    await expectProblem(await server.fetch('/api/nope', { method: 'DELETE', headers: { authorization: 'Bearer acme-key' } }), 404)
+  })
+
+  test('a method a path does not serve: 405 problem+json with Allow, over a real socket; nothing stored', async () => {
+    const url = server.listen()
+    const before = await counts()
+    const cases: [string, string, string][] = [
+      ['PUT', '/api/payments', 'GET, HEAD, OPTIONS, POST'],
+      ['DELETE', '/api/payments', 'GET, HEAD, OPTIONS, POST'],
+      ['PATCH', `/api/payments/${crypto.randomUUID()}`, 'GET, HEAD, OPTIONS'],
+      ['DELETE', '/api/payments/x', 'GET, HEAD, OPTIONS'],
+      ['POST', '/api/payments/x', 'GET, HEAD, OPTIONS'],
+      ['POST', '/healthz', 'GET, HEAD, OPTIONS'],
+      ['PUT', '/readyz', 'GET, HEAD, OPTIONS'],
+      ['DELETE', '/openapi.json', 'GET, HEAD, OPTIONS'],
+    ]
+    for (const [method, path, allow] of cases) {
+      const response = await fetch(`${url}${path}`, {
+        method,
+        headers: { authorization: 'Bearer acme-key', 'content-type': 'application/json', 'idempotency-key': crypto.randomUUID() },
+        body: JSON.stringify(payment()),
+      })
+      const problem = await expectProblem(response, 405)
+      expect(problem.code, `${method} ${path}`).toBe('method-not-allowed')
+      expect(response.headers.get('allow'), `${method} ${path}`).toBe(allow)
+    }
+    expect(await counts()).toEqual(before)
+  })
+
+  test('HEAD answers as GET without a body; OPTIONS says what a path takes', async () => {
+    const url = server.listen()
+    const created = await json(await postPayment(server, payment()))
+    const head = (path: string, apiKey = 'acme-key') => fetch(`${url}${path}`, { method: 'HEAD', headers: { authorization: `Bearer ${apiKey}` } })
+    const health = await head('/healthz')
+    expect(health.status).toBe(200)
+    expect(health.headers.get('content-type')).toStartWith('application/json')
+    expect(await health.text()).toBe('')
+    const one = await head(`/api/payments/${created.id}`)
+    expect(one.status).toBe(200)
+    expect(await one.text()).toBe('')
+    // As its GET: another tenant's payment is not found, no token is 401.
+    expect((await head(`/api/payments/${created.id}`, 'globex-key')).status).toBe(404)
+    expect((await fetch(`${url}/api/payments/${created.id}`, { method: 'HEAD' })).status).toBe(401)
+    expect((await head('/nope')).status).toBe(404)
+    // In process too (app.handle, without Bun's server).
+    const inProcess = await server.fetch(`/api/payments/${created.id}`, { method: 'HEAD', headers: { authorization: 'Bearer acme-key' } })
+    expect(inProcess.status).toBe(200)
+    expect(inProcess.headers.get('content-type')).toStartWith('application/json')
+    expect(await inProcess.text()).toBe('')
+
+    const options = await fetch(`${url}/api/payments`, { method: 'OPTIONS' })
+    expect(options.status).toBe(204)
+    expect(options.headers.get('allow')).toBe('GET, HEAD, OPTIONS, POST')
+    expect((await fetch(`${url}/nope`, { method: 'OPTIONS' })).status).toBe(404)
   })
 })

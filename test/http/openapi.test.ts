@@ -1,14 +1,17 @@
 /**
- * GET /openapi.json is a valid OpenAPI 3.1 document (checked by
+ * GET /openapi.json (the public API) and GET /admin/api/openapi.json (the
+ * admin's, behind its token) are valid OpenAPI 3.1 documents (checked by
  * @readme/openapi-parser against the OAS 3.1 schema plus its own rules:
- * duplicate operationIds and parameters, bad component names), and real
- * answers of the service match what it documents: status, content type,
- * required headers, and the body against the documented JSON Schema (Ajv,
- * draft 2020-12 as OAS 3.1 uses). In process (app.handle), with a provider
- * the test steers, so a 409 and a 502 are made on purpose, not by timing.
+ * duplicate operationIds and parameters, bad component names, dangling
+ * $refs), they publish the running server's key expiry, and real answers of
+ * the service match what they document: status, content type, required
+ * headers, and the body against the documented JSON Schema (Ajv, draft
+ * 2020-12 as OAS 3.1 uses, on the dereferenced document). In process
+ * (app.handle), with a provider the test steers, so a 409 and a 502 are made
+ * on purpose, not by timing.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { compileErrors, validate } from '@readme/openapi-parser'
+import { compileErrors, dereference, validate } from '@readme/openapi-parser'
 import Ajv2020 from 'ajv/dist/2020'
 import { loadConfig } from '../../src/config'
 import { createMetrics } from '../../src/metrics/registry'
@@ -21,6 +24,10 @@ let db: TestDatabase
 let app: ReturnType<typeof buildApp>
 let down: ReturnType<typeof buildApp>
 let doc: any
+/** `doc` with every $ref resolved, for Ajv. */
+let resolved: any
+let adminDoc: any
+let adminResolved: any
 /** Charges for customer `hold` wait until released: the request stays in processing meanwhile. */
 let releaseHeld: () => void = () => undefined
 const held = new Promise<void>((resolve) => { releaseHeld = resolve })
@@ -36,10 +43,17 @@ const provider: PaymentProvider = {
 
 beforeAll(async () => {
   db = await createTestDatabase('openapi')
-  const config = loadConfig({ API_KEYS: 'acme:acme-key', ADMIN_TOKEN: 'admin-token-openapi', PAYMENT_PROVIDER_URL: 'http://provider.invalid', MAX_BODY_BYTES: '2048' })
+  // Not the defaults: the document must publish what this server runs with.
+  const config = loadConfig({
+    API_KEYS: 'acme:acme-key', ADMIN_TOKEN: 'admin-token-openapi', PAYMENT_PROVIDER_URL: 'http://provider.invalid', MAX_BODY_BYTES: '2048',
+    IDEMPOTENCY_TTL_SECONDS: '20', IDEMPOTENCY_RETENTION_SECONDS: '7200',
+  })
   app = buildApp({ config, pools: db.pools, metrics: createMetrics(), provider })
   down = buildApp({ config, pools: db.pools, metrics: createMetrics(), provider, health: { up: false } as never })
   doc = await (await app.handle(new Request('http://api.test/openapi.json'))).json()
+  resolved = await dereference(structuredClone(doc))
+  adminDoc = await (await app.handle(get('/admin/api/openapi.json', { authorization: 'Bearer admin-token-openapi' }))).json()
+  adminResolved = await dereference(structuredClone(adminDoc))
 })
 afterAll(async () => {
   releaseHeld()
@@ -47,6 +61,8 @@ afterAll(async () => {
 })
 
 const ajv = new Ajv2020({ strict: false, allErrors: true })
+// RFC 3339's date-time, as OAS 3.1 means it (Ajv checks no format by itself).
+ajv.addFormat('date-time', /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i)
 
 const post = (body: unknown, headers: Record<string, string> = {}) => new Request('http://api.test/api/payments', {
   method: 'POST',
@@ -57,8 +73,8 @@ const get = (path: string, headers: Record<string, string> = { authorization: 'B
 const order = (customer = 'cus_doc') => ({ amount: 1250, currency: 'EUR', customer })
 
 /** Checks `response` against the documented answer of `path`/`method` for its status; returns the body. */
-async function expectDocumented(path: string, method: string, response: Response): Promise<any> {
-  const documented = doc.paths[path]?.[method]?.responses?.[String(response.status)]
+async function expectDocumented(path: string, method: string, response: Response, document = path.startsWith('/admin/') ? adminResolved : resolved): Promise<any> {
+  const documented = document.paths[path]?.[method]?.responses?.[String(response.status)]
   expect(documented, `${method.toUpperCase()} ${path} does not document ${response.status}`).toBeDefined()
   for (const [name, header] of Object.entries<any>(documented.headers ?? {}))
     if (header.required) expect(response.headers.get(name), `${response.status} documents the header ${name}`).not.toBeNull()
@@ -73,17 +89,47 @@ async function expectDocumented(path: string, method: string, response: Response
   return body
 }
 
-test('the document is valid OpenAPI 3.1', async () => {
-  expect(doc.openapi).toStartWith('3.1.')
-  const result = await validate(structuredClone(doc))
-  if (!result.valid) throw new Error(compileErrors(result))
-  expect(result.valid).toBe(true)
+test('both documents are valid OpenAPI 3.1', async () => {
+  for (const document of [doc, adminDoc]) {
+    expect(document.openapi).toStartWith('3.1.')
+    const result = await validate(structuredClone(document))
+    if (!result.valid) throw new Error(compileErrors(result))
+    expect(result.valid).toBe(true)
+  }
+})
+
+test('the key expiry the server runs with is published: in words and as x-idempotency', () => {
+  const key = doc.paths['/api/payments'].post.parameters.find((parameter: any) => parameter.name === 'Idempotency-Key')
+  expect(key['x-idempotency']).toMatchObject({ retentionSeconds: 7200, ttlSeconds: 20, scope: 'tenant' })
+  expect(key.description).toContain('7200 s (2 h)')
+  expect(key.description).toContain('20 s')
+  expect(doc['x-idempotency']).toMatchObject({ retentionSeconds: 7200, ttlSeconds: 20 })
+  expect(doc.info.description).toContain('7200 s (2 h)')
+})
+
+test('named component schemas, date-times, identifier operationIds', () => {
+  expect(Object.keys(doc.components.schemas).sort()).toEqual(['NewPayment', 'Payment', 'PaymentPage', 'Problem'])
+  expect(doc.components.schemas.Payment.properties.created_at).toMatchObject({ type: 'string', format: 'date-time' })
+  expect(doc.components.schemas.PaymentPage.properties.data.items).toEqual({ $ref: '#/components/schemas/Payment' })
+  const post = doc.paths['/api/payments'].post
+  expect(post.requestBody.content['application/json'].schema).toEqual({ $ref: '#/components/schemas/NewPayment' })
+  expect(post.responses['201'].content['application/json'].schema).toEqual({ $ref: '#/components/schemas/Payment' })
+  expect(doc.paths['/api/payments'].get.responses['200'].content['application/json'].schema).toEqual({ $ref: '#/components/schemas/PaymentPage' })
+  expect(post.responses['409'].content['application/problem+json'].schema.allOf[0]).toEqual({ $ref: '#/components/schemas/Problem' })
+  const ids = [doc, adminDoc].flatMap((document) => Object.values<any>(document.paths).flatMap((item) => Object.values<any>(item).map((operation) => operation.operationId)))
+  expect(ids.filter((id) => !/^[A-Za-z][A-Za-z0-9]*$/.test(id))).toEqual([])
+  expect(new Set(ids).size).toBe(ids.length)
+  expect(adminDoc.paths['/admin/api/keys/expire-stale'].post.operationId).toBe('expireStaleKeys')
 })
 
 test('POST /api/payments declares its header, its body and every answer', () => {
-  const operation = doc.paths['/api/payments'].post
+  const operation = resolved.paths['/api/payments'].post
   const key = operation.parameters.find((parameter: any) => parameter.name === 'Idempotency-Key')
-  expect(key).toMatchObject({ in: 'header', required: true, schema: { type: 'string', pattern: '^[!-~]{1,255}$', minLength: 1, maxLength: 255 } })
+  expect(key).toMatchObject({ in: 'header', required: true })
+  // The key bare, or as an sf-string: both forms are documented, and checked against real values.
+  const field = ajv.compile(key.schema)
+  for (const value of ['k-1', '"k-1"', '"k-1";x=1']) expect(field(value), value).toBe(true)
+  for (const value of ['has space', '']) expect(field(value), value).toBe(false)
   expect(operation.requestBody.content['application/json'].schema).toMatchObject({
     type: 'object',
     additionalProperties: false,
@@ -97,18 +143,26 @@ test('POST /api/payments declares its header, its body and every answer', () => 
     expect(Object.keys(operation.responses[status].content)).toEqual(['application/problem+json'])
 })
 
-test('the GETs, health, metrics and the admin JSON API are described', () => {
+test('the GETs, health and metrics are in the public document; the admin JSON API in its own, behind its token', async () => {
   for (const path of ['/api/payments/{id}', '/healthz', '/readyz', '/metrics']) expect(doc.paths[path]?.get, path).toBeDefined()
   expect(doc.paths['/api/payments'].get).toBeDefined()
+  expect(Object.keys(doc.paths).filter((path) => path.startsWith('/admin'))).toEqual([])
+  expect(Object.keys(doc.components.securitySchemes)).toEqual(['apiKey'])
   for (const [path, method] of [['/admin/api/keys', 'get'], ['/admin/api/keys/{tenant}/{key}', 'get'], ['/admin/api/counts', 'get'], ['/admin/api/audit', 'get'],
     ['/admin/api/keys/expire', 'post'], ['/admin/api/keys/expire-stale', 'post'], ['/admin/api/purge', 'post']] as const) {
-    expect(doc.paths[path]?.[method], `${method} ${path}`).toMatchObject({ tags: ['admin'], security: [{ adminToken: [] }] })
-    expect(doc.paths[path][method].responses['401'], `${method} ${path}`).toBeDefined()
+    expect(adminDoc.paths[path]?.[method], `${method} ${path}`).toMatchObject({ tags: ['admin'], security: [{ adminToken: [] }] })
+    expect(adminDoc.paths[path][method].responses['401'], `${method} ${path}`).toBeDefined()
   }
-  expect(doc.paths['/admin/api/keys/expire'].post.requestBody.content['application/json'].schema.required).toEqual(['tenant', 'key', 'lease'])
-  expect(doc.paths['/admin/api/keys/expire'].post.responses['409']).toBeDefined()
-  // The HTML admin pages are not an API.
-  expect(Object.keys(doc.paths).filter((path) => path.startsWith('/admin') && !path.startsWith('/admin/api/'))).toEqual([])
+  expect(adminDoc.paths['/admin/api/keys/expire'].post.requestBody.content['application/json'].schema.required).toEqual(['tenant', 'key', 'lease'])
+  expect(adminDoc.paths['/admin/api/keys/expire'].post.responses['409']).toBeDefined()
+  // Only the JSON API: the HTML admin pages are not an API, and the document does not describe itself.
+  expect(Object.keys(adminDoc.paths).filter((path) => !path.startsWith('/admin/api/') || path.endsWith('openapi.json'))).toEqual([])
+  // Without the token: 401, like any admin API call.
+  for (const headers of [{}, { authorization: 'Bearer wrong' }]) {
+    const refused = await app.handle(get('/admin/api/openapi.json', headers))
+    expect(refused.status).toBe(401)
+    expect(await refused.text()).not.toContain('/admin/api/keys')
+  }
 })
 
 describe('real answers match the document', () => {
@@ -150,6 +204,7 @@ describe('real answers match the document', () => {
   test('400, 401, 413, 415', async () => {
     const cases: [Request, number, string][] = [
       [post(order(), { 'idempotency-key': 'has space' }), 400, 'invalid-idempotency-key'],
+      [post(order(), { 'idempotency-key': '"unterminated' }), 400, 'invalid-idempotency-key'],
       [post({ ...order(), amount: 0 }), 400, 'invalid-body'],
       [post('{"amount":'), 400, 'invalid-json'],
       [post(order(), { authorization: 'Bearer nope' }), 401, 'unauthorized'],

@@ -1,5 +1,5 @@
 /**
- * The simulator's HTTP contract (SPEC "Payment provider"), over real HTTP:
+ * The simulator's HTTP contract (the provider API src/provider/client.ts speaks), over real HTTP:
  * idempotent replay, 422 on other terms, 400 on bad input, and its faults.
  */
 import { describe, expect, test } from 'bun:test'

@@ -1,7 +1,7 @@
-import { readdirSync, readFileSync } from 'node:fs'
+import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
-import { migrate, MIGRATIONS_DIR } from '../../src/store/migrate'
+import { migrateService, SQL_DIR } from '../../src/store/migrate'
 import { openPools, type Pools } from '../../src/store/db'
 import { waitFor } from './wait'
 
@@ -88,7 +88,7 @@ const built = new Map<string, Promise<string>>()
 
 /** The name of a database migrated to this checkout's schema, made at most once (per `bun test` process, by the first file that asks). */
 export function migratedTemplate(): Promise<string> {
-  return once(`idem_template_${schemaHash()}`, (name) => buildTemplate(name, async (url) => { await migrate(url) }))
+  return once(`idem_template_${schemaHash()}`, (name) => buildTemplate(name, async (url) => { await migrateService(url) }))
 }
 
 async function seededTemplate(seed: Seed): Promise<string> {
@@ -115,8 +115,13 @@ function once(name: string, build: (name: string) => Promise<string>): Promise<s
   return made
 }
 
+/** Every file under sql/ (each line's folder), by its path, and the runner. */
 function schemaHash(): string {
-  const parts = readdirSync(MIGRATIONS_DIR).sort().map((file) => `${file}\u0000${readFileSync(join(MIGRATIONS_DIR, file), 'utf8')}`)
+  const files = (dir: string): string[] => readdirSync(dir).sort().flatMap((name) => {
+    const path = join(dir, name)
+    return statSync(path).isDirectory() ? files(path) : [path]
+  })
+  const parts = files(SQL_DIR).map((path) => `${path.slice(SQL_DIR.length)}\u0000${readFileSync(path, 'utf8')}`)
   parts.push(readFileSync(join(import.meta.dir, '..', '..', 'src', 'store', 'migrate.ts'), 'utf8'))
   return sha(parts.join('\u0000'))
 }

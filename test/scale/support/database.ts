@@ -1,6 +1,6 @@
 /** A database of this run's own on an existing server, migrated directly (never through a pooler), dropped at the end. */
 import postgres from 'postgres'
-import { migrate } from '../../../src/store/migrate'
+import { migrateService } from '../../../src/store/migrate'
 
 /** The machine's PostgreSQL (trust auth on loopback), unless SCALE_POSTGRES_URL or DATABASE_URL says otherwise. */
 export function serverUrl(): string {
@@ -28,7 +28,7 @@ export async function createDatabase(label: string, server = serverUrl()): Promi
   const url = new URL(server)
   url.pathname = `/${name}`
   // Migrations take a session advisory lock: they must run on a real session, not through PgBouncer.
-  await migrate(url.toString())
+  await migrateService(url.toString())
   return {
     name,
     url: url.toString(),
