@@ -13,6 +13,7 @@ import { startRetentionPurge } from './maintenance/retention-purge'
 import { openPools } from './store/db'
 import { DatabaseHealth } from './store/health'
 import { watchDurability } from './store/durability'
+import { guardDriverRejections } from './store/driver-guard'
 
 /** How long a shutdown waits for in-flight requests before stopping them. */
 const DRAIN_TIMEOUT_MS = 10_000
@@ -44,6 +45,8 @@ export interface RunOptions {
  */
 export async function runServer(config: Config, databaseUrl: string, options: RunOptions): Promise<number> {
   const { log } = options
+  // The driver's own unawaited queries must not take the process down when a connection fails (store/driver-guard.ts).
+  const unguard = guardDriverRejections()
   const pools = openPools(databaseUrl, { applicationName: `idempotent-post:${process.pid}`, pgbouncer: config.databasePgbouncer })
   const metrics = createMetrics()
   collectProcessMetrics(metrics.registry)
@@ -100,6 +103,7 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   durability.stop()
   await Promise.race([stopped, Bun.sleep(1_000)])
   await Promise.all([pools.close(), health.close()])
+  unguard()
   log('pools closed')
   return 0
 }
