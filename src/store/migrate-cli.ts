@@ -22,7 +22,7 @@ const THROUGH_PGBOUNCER = 'Run it against PostgreSQL directly (DATABASE_URL=post
 
 /** The reason `url` looks like PgBouncer, or undefined: PostgreSQL takes any setting as a startup parameter, PgBouncer refuses them. */
 async function pgbouncerRefusal(url: string): Promise<string | undefined> {
-  const probe = postgres(url, { max: 1, connect_timeout: 5, prepare: false, fetch_types: false, onnotice: () => undefined, connection: { statement_timeout: 0 } as never })
+  const probe = postgres(url, { max: 1, connect_timeout: 5, prepare: false, fetch_types: false, onnotice: () => undefined, connection: { statement_timeout: 60_000 } as never })
   try {
     await probe`select 1`
     return undefined
