@@ -184,7 +184,9 @@ export function missing(names: string[]): string | undefined {
 }
 
 function debianPackage(binary: string): string {
-  if (binary === 'pgbouncer' || binary === 'haproxy') return binary
+  if (binary === 'pgbouncer' || binary === 'haproxy' || binary === 'patroni') return binary
+  if (binary === 'patronictl') return 'patroni'
+  if (binary === 'etcd') return 'etcd-server'
   return 'postgresql'
 }
 
