@@ -9,22 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-need=()
-command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
-command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
-command -v patroni >/dev/null || need+=(patroni)
-command -v etcd >/dev/null || need+=(etcd-server)
-ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
-if ((${#need[@]})); then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "test:scale: installing ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
-      || echo "test:scale: could not install ${need[*]}; those scenarios will be skipped"
-  else
-    echo "test:scale: ${need[*]} missing and not root: those scenarios will be skipped"
-  fi
-fi
+source test/scale/install.sh
 
 # The preload (test/support/setup.ts) would start an embedded PostgreSQL when
 # DATABASE_URL is unset; the scale suite uses the machine's server instead.
