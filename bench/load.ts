@@ -95,10 +95,22 @@ export interface Throughput {
   machineBusyPercent: number
   /** CPUs' worth of work by other processes (not the run's) while this kind ran. */
   othersCpus: number
+  /** The 1-minute load average (os.loadavg) at the start and end of its rounds: lowest and highest. */
+  loadAverage: { min: number; max: number }
+  /** Answers per second of each round, in the order run (round-by-round ratios show the noise). */
+  roundRps: number[]
+}
+
+/** One measured round of one kind. */
+export interface RoundResult {
+  load: LoadResult
+  cpu: CpuTotals
+  /** os.loadavg()[0] when the round started and when it ended. */
+  loadAverage: readonly [number, number]
 }
 
 /** Totals over the rounds of one kind: requests over seconds, percentiles over all answers, CPU per request. */
-export function summarize(results: readonly { load: LoadResult; cpu: CpuTotals }[]): Throughput {
+export function summarize(results: readonly RoundResult[]): Throughput {
   const requests = results.reduce((sum, r) => sum + r.load.requests, 0)
   const seconds = results.reduce((sum, r) => sum + r.load.seconds, 0)
   const all = results.flatMap((r) => [...r.load.latencies.values()].flat())
@@ -117,5 +129,24 @@ export function summarize(results: readonly { load: LoadResult; cpu: CpuTotals }
     cpuUs: { service: cpu('serviceUs'), postgres: cpu('postgresUs'), provider: cpu('providerUs'), loadGenerator: cpu('loadGeneratorUs') },
     machineBusyPercent: Math.round((results.reduce((sum, r) => sum + r.cpu.machineBusyShare * r.cpu.seconds, 0) / cpuSeconds) * 100),
     othersCpus: round2(total('othersUs') / 1e6 / cpuSeconds),
+    loadAverage: { min: round2(Math.min(...results.flatMap((r) => r.loadAverage))), max: round2(Math.max(...results.flatMap((r) => r.loadAverage))) },
+    roundRps: results.map((r) => Math.round(r.load.rps)),
+  }
+}
+
+/** a's throughput over b's, from the same rounds: overall, per round, and the load average over both. */
+export interface Ratio {
+  ratio: number
+  rounds: number[]
+  loadAverage: { min: number; max: number }
+}
+
+export function ratio(a: Throughput, b: Throughput): Ratio {
+  // A round that answered nothing (its requests all outlasted it) has no ratio.
+  const over = (x: number, y: number | undefined) => (y === undefined || y === 0 ? Number.NaN : round2(x / y))
+  return {
+    ratio: over(a.rps, b.rps),
+    rounds: a.roundRps.map((rps, i) => over(rps, b.roundRps[i])),
+    loadAverage: { min: Math.min(a.loadAverage.min, b.loadAverage.min), max: Math.max(a.loadAverage.max, b.loadAverage.max) },
   }
 }

@@ -1,64 +1,160 @@
+import { loadavg } from 'node:os'
 import postgres from 'postgres'
-import { fingerprint } from '../src/core/fingerprint'
-import { startRoundTripCounter, type Counts } from './pg-round-trips'
+import { BENCH_BASELINE_ROUTE } from '../src/payments/bench-baseline'
+import { BENCH_NAIVE_ROUTE } from '../src/payments/bench-naive'
+import { runLoad } from './load'
+import { difference, startRoundTripCounter, type Counts } from './pg-round-trips'
+import { insertInFlightKey } from './seed'
 import { BENCH_API_KEY, BENCH_TENANT, startService } from './service'
 
-export interface RoundTrips {
-  readonly fresh: Counts
-  readonly replay: Counts
-  readonly inProgress: Counts
-  readonly baseline: Counts
+/** What one request costs on the wire, per request (means over the requests of a kind). */
+export interface WireCost {
+  readonly requests: number
+  readonly statements: number
+  readonly roundTrips: number
+  readonly describes: number
+  /** Transactions ended (each autocommit statement is one, BEGIN ... COMMIT one). */
+  readonly transactions: number
+  /** Of those, the ones with a statement mentioning INSERT, UPDATE or DELETE: a WAL flush each. */
+  readonly writingTransactions: number
+  readonly commits: number
+  /** Statements that claim a key (isClaim), and the round trips they started. */
+  readonly claimStatements: number
+  readonly claimRoundTrips: number
+  /** Requests per claim round trip: above 1 when one round trip serves several claims (batching, or pipelining). */
+  readonly claimsPerRoundTrip: number
+  /** Per statement text, per request, most frequent first. */
+  readonly byText: readonly { text: string; statements: number; roundTrips: number }[]
+  /** 1-minute load average when the kind was measured. */
+  readonly loadAverage: number
 }
 
-/** Requests per measured kind: enough that a stray background statement moves the mean by < 0.01. */
+export interface RoundTrips {
+  /** One request at a time. */
+  readonly sequential: {
+    readonly fresh: WireCost
+    readonly replay: WireCost
+    readonly inProgress: WireCost
+    readonly baseline: WireCost
+    readonly naive: WireCost
+    readonly naiveReplay: WireCost
+  }
+  /** `connections` requests at a time: where batching (or postgres.js's pipelining) can serve several requests per round trip. */
+  readonly concurrent: { readonly connections: number; readonly fresh: WireCost; readonly naive: WireCost }
+}
+
+/** Requests per sequential kind: enough that a stray background statement moves the mean by < 0.01. */
 const SAMPLES = 200
 const WARMUP = 30
 
+/**
+ * Which statements are claims, by their text. The engine's claim inserts into
+ * its key (or claims) table; the heartbeat, settings and audit tables are not
+ * claims, and neither is a completion that inserts the payment. Update this
+ * with the engine's SQL if it changes shape: the per-text table of the report
+ * shows what is sent either way.
+ */
+export function isClaim(text: string): boolean {
+  if (/insert\s+into\s+"?payments\b/i.test(text)) return false
+  return /insert\s+into\s+"?idempotency_(?!processes|settings|audit)\w+/i.test(text) || /\bidempotency_claim\w*\s*\(/i.test(text)
+}
+
 export const paymentBody = (n: number) => ({ amount: 1000 + (n % 997), currency: 'EUR', customer: `cus_${n % 1000}` })
+
+const round2 = (x: number) => Math.round(x * 100) / 100
+
+export function wireCost(counts: Counts, requests: number): WireCost {
+  const per = (x: number) => round2(x / requests)
+  let claimStatements = 0
+  let claimRoundTrips = 0
+  for (const [text, c] of Object.entries(counts.byText)) {
+    if (!isClaim(text)) continue
+    claimStatements += c.statements
+    claimRoundTrips += c.roundTrips
+  }
+  return {
+    requests,
+    statements: per(counts.statements),
+    roundTrips: per(counts.roundTrips),
+    describes: per(counts.describes),
+    transactions: per(counts.transactions),
+    writingTransactions: per(counts.writingTransactions),
+    commits: per(counts.commits),
+    claimStatements: per(claimStatements),
+    claimRoundTrips: per(claimRoundTrips),
+    claimsPerRoundTrip: claimRoundTrips > 0 ? round2(requests / claimRoundTrips) : Number.NaN,
+    byText: Object.entries(counts.byText)
+      .map(([text, c]) => ({ text, statements: per(c.statements), roundTrips: per(c.roundTrips) }))
+      .filter((t) => t.statements >= 0.01)
+      .sort((a, b) => b.statements - a.statements),
+    loadAverage: round2(loadavg()[0]!),
+  }
+}
 
 /**
  * Database round trips and statements per request, counted on the wire by a
- * proxy between a second service process and PostgreSQL. Requests are sent
- * one at a time, so each request's statements are its own.
+ * proxy between a service process of its own and PostgreSQL: one request at
+ * a time (each request's statements are its own), then `connections` at a
+ * time (how many requests one round trip serves).
  */
-export async function measureRoundTrips(databaseUrl: string, providerUrl: string): Promise<RoundTrips> {
+export async function measureRoundTrips(databaseUrl: string, providerUrl: string, concurrent: { connections: number; requests: number }): Promise<RoundTrips> {
   const counter = await startRoundTripCounter(databaseUrl)
   const service = await startService(counter.url, providerUrl)
   const sql = postgres(databaseUrl, { max: 1, onnotice: () => undefined })
+  const headers = { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' }
   const post = (path: string, key: string | undefined, n: number) => fetch(`${service.url}${path}`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) },
+    headers: { ...headers, ...(key ? { 'idempotency-key': key } : {}) },
     body: JSON.stringify(paymentBody(n)),
   }).then(async (response) => {
     await response.arrayBuffer()
     return response.status
   })
-  async function measure(count: number, send: (i: number) => Promise<number>, expected: number): Promise<Counts> {
+  async function measure(count: number, send: (i: number) => Promise<number>, expected: number): Promise<WireCost> {
     const before = counter.snapshot()
     for (let i = 0; i < count; i++) {
       const status = await send(i)
       if (status !== expected) throw new Error(`round-trip count: expected ${expected}, got ${status}; the service said:\n${service.output().slice(-2000)}`)
     }
-    const after = counter.snapshot()
-    const per = (field: keyof Counts) => Math.round(((after[field] - before[field]) / count) * 100) / 100
-    return { statements: per('statements'), roundTrips: per('roundTrips'), describes: per('describes') }
+    return wireCost(difference(counter.snapshot(), before), count)
+  }
+  async function measureConcurrent(path: string, prefix: string, requests: number): Promise<WireCost> {
+    const before = counter.snapshot()
+    const result = await runLoad({
+      url: `${service.url}${path}`, connections: concurrent.connections, amount: requests, headers,
+      request: (n) => ({ body: JSON.stringify(paymentBody(n)), key: `${prefix}-${n}` }),
+    })
+    const counts = difference(counter.snapshot(), before)
+    if ((result.byStatus['201'] ?? 0) !== result.requests) throw new Error(`round-trip count at ${concurrent.connections} connections on ${path}: ${JSON.stringify(result.byStatus)}`)
+    return wireCost(counts, result.requests)
   }
   try {
     const key = (kind: string, i: number) => `rt-${kind}-${i}`
-    // Warm up every connection's prepared statements, so describes drop out.
+    // Warm up every connection's prepared statements, so describes drop out (the naive route also makes its table here).
     await measure(WARMUP, (i) => post('/api/payments', key('warm', i), i), 201)
     await measure(WARMUP, (i) => post('/api/payments', key('warm', i), i), 201)
-    await measure(WARMUP, (i) => post('/bench/payments-baseline', undefined, i), 201)
+    await measure(WARMUP, (i) => post(BENCH_BASELINE_ROUTE, undefined, i), 201)
+    await measure(WARMUP, (i) => post(BENCH_NAIVE_ROUTE, `naive-${key('warm', i)}`, i), 201)
+    await measure(WARMUP, (i) => post(BENCH_NAIVE_ROUTE, `naive-${key('warm', i)}`, i), 201)
     const fresh = await measure(SAMPLES, (i) => post('/api/payments', key('fresh', i), i), 201)
     const replay = await measure(SAMPLES, (i) => post('/api/payments', key('fresh', i), i), 201)
-    const baseline = await measure(SAMPLES, (i) => post('/bench/payments-baseline', undefined, i), 201)
-    // A key in flight: a processing row, as a live worker leaves it (it holds no lock while it acts).
+    const baseline = await measure(SAMPLES, (i) => post(BENCH_BASELINE_ROUTE, undefined, i), 201)
+    const naive = await measure(SAMPLES, (i) => post(BENCH_NAIVE_ROUTE, `naive-${key('fresh', i)}`, i), 201)
+    const naiveReplay = await measure(SAMPLES, (i) => post(BENCH_NAIVE_ROUTE, `naive-${key('fresh', i)}`, i), 201)
     const busy = 'rt-busy'
-    await sql`
-      insert into idempotency_keys (tenant, key, method, path, fingerprint, status)
-      values (${BENCH_TENANT}, ${busy}, 'POST', '/api/payments', ${fingerprint('POST', '/api/payments', paymentBody(0))}, 'processing')`
+    await insertInFlightKey(sql, BENCH_TENANT, busy, '/api/payments', paymentBody(0))
     const inProgress = await measure(SAMPLES, () => post('/api/payments', busy, 0), 409)
-    return { fresh, replay, inProgress, baseline }
+
+    // Concurrent: warm every pool connection first (the pools open lazily), then count.
+    const many = Math.max(concurrent.connections * 4, 200)
+    await measureConcurrent('/api/payments', 'rt-cwarm', many)
+    await measureConcurrent(BENCH_NAIVE_ROUTE, 'naive-rt-cwarm', many)
+    const concurrentFresh = await measureConcurrent('/api/payments', 'rt-c', concurrent.requests)
+    const concurrentNaive = await measureConcurrent(BENCH_NAIVE_ROUTE, 'naive-rt-c', concurrent.requests)
+    return {
+      sequential: { fresh, replay, inProgress, baseline, naive, naiveReplay },
+      concurrent: { connections: concurrent.connections, fresh: concurrentFresh, naive: concurrentNaive },
+    }
   } finally {
     await sql.end()
     await service.stop()
@@ -72,7 +168,9 @@ if (import.meta.main) {
   const db = await freshDatabase(() => undefined)
   const provider = await startProvider(0)
   try {
-    console.log(await measureRoundTrips(db.url, provider.url))
+    const connections = Number(process.env.BENCH_RT_CONNECTIONS ?? 32)
+    const requests = Number(process.env.BENCH_RT_REQUESTS ?? 2000)
+    console.log(JSON.stringify(await measureRoundTrips(db.url, provider.url, { connections, requests }), null, 2))
   } finally {
     await provider.stop()
     await db.drop()

@@ -1,4 +1,14 @@
+/**
+ * The one place where the bench writes the engine's tables directly; every
+ * other figure goes through HTTP, the wire or PostgreSQL's own counters. When
+ * the engine's schema changes (a claims table, a per-row deadline...), update
+ * these functions and nothing else: the 1M keys for the gauges and the purge
+ * (a million requests through HTTP would take most of an hour here), and the
+ * one key in flight behind the 409s (a request held at a provider would run
+ * into its deadline and release the key in the middle of the storm).
+ */
 import type postgres from 'postgres'
+import { fingerprint } from '../src/core/fingerprint'
 
 /** Processing keys among the seeded ones: in-flight and stranded keys are few; half of these are stale. */
 const SEEDED_PROCESSING = 1_000
@@ -25,4 +35,20 @@ export async function seedKeys(sql: postgres.Sql, count: number): Promise<void> 
       from generate_series(1, ${SEEDED_PROCESSING}::int8) i,
            lateral (select now() - case when i % 2 = 0 then interval '1 hour' else interval '0' end as t) at`
   await sql`analyze idempotency_keys`
+}
+
+/**
+ * A key in flight, as a live worker leaves it while it waits on the provider:
+ * a `processing` row, young, and no lock (atomic phases: nothing is held
+ * across the foreign call). Its retries with `body` are answered 409.
+ */
+export async function insertInFlightKey(sql: postgres.Sql, tenant: string, key: string, path: string, body: unknown): Promise<void> {
+  await sql`
+    insert into idempotency_keys (tenant, key, method, path, fingerprint, status)
+    values (${tenant}, ${key}, 'POST', ${path}, ${fingerprint('POST', path, body)}, 'processing')`
+}
+
+/** Keeps the in-flight key young, so it never turns stale (reclaimable) on a slow machine. */
+export async function keepInFlightKeyYoung(sql: postgres.Sql, tenant: string, key: string): Promise<void> {
+  await sql`update idempotency_keys set locked_at = now() where tenant = ${tenant} and key = ${key}`
 }

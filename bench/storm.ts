@@ -1,7 +1,7 @@
 import type postgres from 'postgres'
-import { fingerprint } from '../src/core/fingerprint'
 import { percentile, round2, type CpuTotals, type LoadResult } from './load'
 import { paymentBody } from './round-trips'
+import { insertInFlightKey, keepInFlightKeyYoung } from './seed'
 import { BENCH_TENANT } from './service'
 
 /** The storm: 300 concurrent retries of one key (the figure of the original issue), sent 10 times over for stable percentiles. */
@@ -15,12 +15,11 @@ export type Load = (
 ) => Promise<LoadResult>
 
 /**
- * A key in flight, as a live worker leaves it while it waits on the provider:
- * a `processing` row, young, and no lock (atomic phases: nothing is held across
- * the foreign call). Then its retries: one wave of 300 at once, ten waves back
- * to back on 300 connections, and 32 at a time for `moderateSeconds`.
- * locked_at is refreshed before each phase, so the key never grows stale
- * (reclaimable) on a slow machine.
+ * A key in flight, made by seed.ts as a live worker leaves it. Then its
+ * retries: one wave of 300 at once, ten waves back to back on 300
+ * connections, and 32 at a time for `moderateSeconds`. The key is made young
+ * again before each phase, so it never grows stale (reclaimable) on a slow
+ * machine.
  */
 export async function runStorm(
   sql: postgres.Sql, baseUrl: string, load: Load,
@@ -28,10 +27,8 @@ export async function runStorm(
 ) {
   const key = 'storm-key'
   const body = paymentBody(0)
-  await sql`
-    insert into idempotency_keys (tenant, key, method, path, fingerprint, status)
-    values (${BENCH_TENANT}, ${key}, 'POST', '/api/payments', ${fingerprint('POST', '/api/payments', body)}, 'processing')`
-  const young = () => sql`update idempotency_keys set locked_at = now() where tenant = ${BENCH_TENANT} and key = ${key}`
+  await insertInFlightKey(sql, BENCH_TENANT, key, '/api/payments', body)
+  const young = () => keepInFlightKeyYoung(sql, BENCH_TENANT, key)
   const request = () => ({ body: JSON.stringify(body), key })
   await young()
   const single = await load('/api/payments', request, { connections: STORM_CONNECTIONS, amount: STORM_CONNECTIONS })

@@ -62,7 +62,7 @@ export interface Config {
   readonly maxBodyBytes: number
   /** The database gauges at /metrics are recomputed at most once per this many ms (METRICS_CACHE_MS). */
   readonly metricsCacheMs: number
-  /** BENCH_BASELINE_ROUTE=1: `npm run bench` only; adds the non-idempotent yardstick route (payments/bench-baseline.ts). */
+  /** BENCH_BASELINE_ROUTE=1: `npm run bench` only; adds the yardstick routes, non-idempotent and naive check-then-insert (payments/bench-baseline.ts, bench-naive.ts). */
   readonly benchBaselineRoute: boolean
   /** How often each process runs the retention purge of completed keys (PURGE_INTERVAL_MS). */
   readonly purgeIntervalMs: number

@@ -9,11 +9,11 @@ import { ClusterMetrics } from './metrics/cluster'
 import { DatabaseGauges } from './metrics/gauges'
 import { collectProcessMetrics } from './metrics/process'
 import { buildApp, serve } from './server'
+import { installLastResort } from './last-resort'
 import { startRetentionPurge } from './maintenance/retention-purge'
 import { openPools } from './store/db'
 import { DatabaseHealth } from './store/health'
 import { watchDurability } from './store/durability'
-import { guardDriverRejections } from './store/driver-guard'
 
 /** How long a shutdown waits for in-flight requests before stopping them. */
 const DRAIN_TIMEOUT_MS = 10_000
@@ -45,11 +45,10 @@ export interface RunOptions {
  */
 export async function runServer(config: Config, databaseUrl: string, options: RunOptions): Promise<number> {
   const { log } = options
-  // The driver's own unawaited queries must not take the process down when a connection fails (store/driver-guard.ts).
-  const unguard = guardDriverRejections()
   const pools = openPools(databaseUrl, { applicationName: `idempotent-post:${process.pid}`, pgbouncer: config.databasePgbouncer })
   const metrics = createMetrics()
   collectProcessMetrics(metrics.registry)
+  const removeLastResort = installLastResort(metrics.registry)
   const gauges = new DatabaseGauges({ sql: pools.short, ttlSeconds: config.ttlSeconds, tenants: [...new Set(config.apiKeys.values())], cacheMs: config.metricsCacheMs, log })
   const cluster = config.workers > 1 && ClusterMetrics.available() ? new ClusterMetrics(metrics.registry) : undefined
   const inFlight = new InFlight()
@@ -59,7 +58,8 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   // Operator commands apply the server's TTL and retention, never their shell's (core/settings.ts).
   await writeServerSettings(pools.short, config)
   // One heartbeat row for this process: how force-expire tells a live owner from a dead one.
-  const heartbeat = await startHeartbeat(pools.short, { log })
+  // It lists the leases this process works on (per-request liveness, core/processes.ts).
+  const heartbeat = await startHeartbeat(pools.short, { log, leases: () => inFlight.leaseIds() })
   const deps = { config, pools, metrics, gauges, inFlight, health, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
   const app = buildApp(deps)
   const server = serve(app, deps, { reusePort: config.workers > 1 })
@@ -86,6 +86,9 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   // A second signal during the drain must not kill us half-way (with `stop`, main.ts's handlers stay to the end).
   const ignore = () => log('already draining')
   if (!options.stop) process.on('SIGTERM', ignore).on('SIGINT', ignore)
+  // From here no new claim starts (503, nothing stored); every request
+  // accepted so far is counted, claimed or not, and waited for.
+  inFlight.drain()
   log(`${signal}: draining ${inFlight.size} in-flight request(s)`)
   const stopped = server.stop(false)
   await purge.stop()
@@ -99,11 +102,12 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
       for (const lease of inFlight.leases) await release(pools.short, lease).catch(() => undefined)
     }
   }
-  await heartbeat.stop()
+  // Answers written, then the heartbeat and the pools go, after the last handler returned.
   durability.stop()
   await Promise.race([stopped, Bun.sleep(1_000)])
+  await heartbeat.stop()
   await Promise.all([pools.close(), health.close()])
-  unguard()
   log('pools closed')
+  removeLastResort()
   return 0
 }

@@ -155,7 +155,19 @@ function withOrigin(request: Request, origin: string): Request {
 }
 
 export function serve(app: App, deps: AppDependencies, options: { reusePort?: boolean } = {}) {
-  const handle = observed(ROUTE_LABELS, countAnswer(deps.metrics), (request) => app.handle(request))
+  const answer = observed(ROUTE_LABELS, countAnswer(deps.metrics), (request) => app.handle(request))
+  // Every request is counted from its acceptance until answered: a shutdown
+  // closes the pools only after the last one (lifecycle.ts).
+  const handle = deps.inFlight
+    ? async (request: Request) => {
+      const done = deps.inFlight!.track(request)
+      try {
+        return await answer(request)
+      } finally {
+        done()
+      }
+    }
+    : answer
   // An HTTP/1.0 request may come without Host (legal there; HAProxy's default
   // health check is one): Bun then gives only the path as its URL, which no
   // URL parser takes. It is served with the address we listen on as its origin.

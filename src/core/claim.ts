@@ -1,21 +1,10 @@
-import type { Claimant, ClaimResult, Lease, RequestIdentity, Sql, StoredResponse } from './types'
-import { isExpiredAge, isStaleAge } from './policy'
+import { Batcher } from './batcher'
+import { isUnavailable } from './errors'
+import { newLeaseId } from './lease-id'
+import { isExpiredAge } from './policy'
 import { reclaim, renewExpired, retakeReleased } from './reclaim'
-
-interface ClaimRow {
-  fresh: boolean
-  lease: string
-  attempts: number
-  request_id: string
-  status: 'processing' | 'done' | 'released'
-  fingerprint: string
-  age_seconds: number
-  /** Since completion (done) or release (released): retention counts from there. */
-  completed_age_seconds: number | null
-  response_status: number | null
-  response_headers: Record<string, string> | null
-  response_body: string | null
-}
+import { claimBatchSql, type ClaimMember, type ClaimRow } from './claim-sql'
+import type { Claimant, ClaimResult, Lease, RequestIdentity, Sql } from './types'
 
 /**
  * A claim races with others only through the conflicting row; these rounds
@@ -24,56 +13,44 @@ interface ClaimRow {
  */
 const MAX_ROUNDS = 4
 
+export interface ClaimOptions {
+  /** While the claim is still queued for its statement, aborting takes it out (it is never sent). */
+  readonly signal?: AbortSignal | undefined
+}
+
 /**
  * Claims `id.key` for this request, or says why not.
  *
- * One statement does the common cases. The INSERT ... ON CONFLICT DO NOTHING
- * is the lock: of N concurrent claims exactly one inserts, and it commits at
- * once (autocommit), so no later statement of anyone waits on it. Nobody
- * holds a key's row lock across a foreign call (atomic phases: complete.ts
- * locks it for one pipelined round trip), so a retry of an in-flight key is
- * answered at once, from the row as the statement sees it.
+ * One statement does the common cases (claim-sql.ts): an INSERT ... ON
+ * CONFLICT DO NOTHING, which is the lock (of N concurrent claims exactly one
+ * inserts), committed at once (autocommit), so no later statement of anyone
+ * waits on it; or the row as the statement sees it, from which the answer is
+ * decided here: replay, in progress (409), mismatch (422). Nobody holds a
+ * key's row lock across a foreign call (atomic phases), so a retry of an
+ * in-flight key is answered at once.
  *
- * The INSERT is attempted only when the statement's snapshot sees no row for
- * the key. Without that guard, ON CONFLICT's uniqueness check waits for a
- * transaction that has updated the conflicting row and not yet committed: a
- * completion between its fence and its COMMIT. That is one round trip
- * normally, but a completion frozen half-open holds it until the database
- * ends it (seconds): every retry then waited lock_timeout (1 s) holding a
- * pooled connection, before a 409 (found by test/chaos/half-open.test.ts).
- * The snapshot can miss a row committed just after it was taken (we then
- * conflict but see nothing), or the row can be purged right after: both end
- * in another round.
+ * Claims of concurrent requests share statements (batcher.ts): one statement
+ * carries every claim queued while the previous ones ran, and each request
+ * gets its own row. Requests for the same key within one statement are
+ * decided as if they came one after another: the first inserts, the others
+ * see its row.
  *
  * The rare cases take a second, conditional statement (reclaim.ts): a stale
- * processing key (its worker is past its deadline), a released key (its last
- * execution failed), a completed key past its retention.
+ * or abandoned processing key, a released key, a completed key past its
+ * retention.
  */
-export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): Promise<ClaimResult> {
-  const now = claimant.now ?? null
-  const owner = claimant.owner ?? null
+export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant, options: ClaimOptions = {}): Promise<ClaimResult> {
+  // The caller draws the lease (and lists it with its heartbeat) before the
+  // claim is sent, so a claim whose answer is lost can still be recognised.
+  const lease = claimant.lease ?? newLeaseId()
+  const taker = { ...claimant, lease }
+  const member: ClaimMember = {
+    tenant: id.tenant, key: id.key, method: id.method, path: id.path, fingerprint: id.fingerprint,
+    lease, owner: claimant.owner ?? null, now: claimant.now?.toISOString() ?? null, ttl: claimant.ttlSeconds,
+    summary: claimant.summary ?? null,
+  }
   for (let round = 0; round < MAX_ROUNDS; round++) {
-    const [row] = await sql<ClaimRow[]>`
-      with params as (select coalesce(${now}::timestamptz, now()) as now),
-      inserted as (
-        insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, owner)
-        select ${id.tenant}, ${id.key}, ${id.method}, ${id.path}, ${id.fingerprint}, 'processing', now, now, ${owner}::uuid from params
-         where not exists (select 1 from idempotency_keys where tenant = ${id.tenant} and key = ${id.key})
-        on conflict (tenant, key) do nothing
-        returning lease, attempts, request_id
-      )
-      select true as fresh, lease, attempts, request_id, 'processing' as status, ${id.fingerprint} as fingerprint,
-             0::float8 as age_seconds, null::float8 as completed_age_seconds,
-             null::int as response_status, null::jsonb as response_headers, null::text as response_body
-        from inserted
-      union all
-      select false, k.lease, k.attempts, k.request_id, k.status, k.fingerprint,
-             extract(epoch from (p.now - k.locked_at))::float8,
-             extract(epoch from (p.now - coalesce(k.completed_at, k.released_at)))::float8,
-             k.response_status, k.response_headers, k.response_body
-        from idempotency_keys k, params p
-       where k.tenant = ${id.tenant} and k.key = ${id.key}
-         and not exists (select 1 from inserted)`
+    const row = await claimsOf(sql).submit(member, options.signal)
     if (!row) continue // conflicted with a row our snapshot cannot see yet, or it vanished
     const seen: Lease = { tenant: id.tenant, key: id.key, lease: row.lease, attempts: row.attempts, requestId: row.request_id }
     if (row.fresh) return { kind: 'created', lease: seen }
@@ -81,33 +58,62 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): 
     if (row.status === 'done') {
       if (row.completed_age_seconds !== null && isExpiredAge(row.completed_age_seconds, claimant.retentionSeconds)) {
         // Past retention the old answer is forgotten: the request counts as new.
-        const renewed = await renewExpired(sql, id, row.lease, claimant)
+        const renewed = await renewExpired(sql, id, row.lease, taker)
         if (renewed === 'busy') return inProgress(0, 0)
         if (renewed) return { kind: 'created', lease: renewed }
         continue
       }
       if (row.fingerprint !== id.fingerprint) return { kind: 'mismatch', status: 'done' }
-      return { kind: 'replay', response: storedResponse(row) }
+      return { kind: 'replay', response: { status: row.response_status!, headers: row.response_headers ?? {}, body: row.response_body! } }
     }
 
     if (row.status === 'released') {
-      // Its last execution failed or was stopped; this request runs (again):
-      // as the same request (same downstream key) if it is one, within retention.
-      const sameRequest = row.fingerprint === id.fingerprint && !isExpiredAge(row.completed_age_seconds ?? 0, claimant.retentionSeconds)
-      const retaken = await retakeReleased(sql, id, seen, sameRequest, claimant)
+      // Its last execution failed or was stopped. Within the retention the key
+      // stays bound to its request, whatever the outcome: another body is a
+      // mismatch, never a new request (a new request_id, so a new downstream
+      // key, would charge again: the provider may have charged the first).
+      // The same request runs again, under the same downstream key.
+      const pastRetention = isExpiredAge(row.completed_age_seconds ?? 0, claimant.retentionSeconds)
+      if (!pastRetention && row.fingerprint !== id.fingerprint) return { kind: 'mismatch', status: 'released' }
+      const retaken = await retakeReleased(sql, id, seen, !pastRetention, taker)
       if (retaken === 'busy') return inProgress(0, 0)
       if (retaken) return { kind: 'created', lease: retaken }
       continue
     }
 
     if (row.fingerprint !== id.fingerprint) return { kind: 'mismatch', status: 'processing' }
-    if (!isStaleAge(row.age_seconds, claimant.ttlSeconds)) return inProgress(claimant.ttlSeconds - row.age_seconds, row.age_seconds)
-    const reclaimed = await reclaim(sql, seen, claimant)
+    if (!row.stale && row.worked_on) return inProgress(row.ttl_left_seconds, row.age_seconds)
+    // Stale, or nobody works on it (its claim's answer was lost, its owner is gone): take it over.
+    const reclaimed = await reclaim(sql, seen, taker)
     if (reclaimed === 'busy') return inProgress(0, 0) // its completion is committing right now
     if (reclaimed) return { kind: 'reclaimed', lease: reclaimed }
     // Another retry reclaimed it first, or its worker finished: look again.
   }
   return inProgress(0, 0)
+}
+
+/** One batcher per pool: claims of one process share statements. */
+const batchers = new WeakMap<Sql, Batcher<ClaimMember, ClaimRow | undefined>>()
+
+function claimsOf(sql: Sql): Batcher<ClaimMember, ClaimRow | undefined> {
+  let batcher = batchers.get(sql)
+  if (!batcher) {
+    batcher = new Batcher({ run: (members) => runClaims(sql, members), isolate: (error) => !isUnavailable(error) })
+    batchers.set(sql, batcher)
+  }
+  return batcher
+}
+
+/** Statements and members of this pool's claims so far (tests and the bench read it). */
+export function claimStats(sql: Sql) {
+  return claimsOf(sql).stats
+}
+
+async function runClaims(sql: Sql, members: readonly ClaimMember[]): Promise<(ClaimRow | undefined)[]> {
+  const rows = await sql.unsafe<ClaimRow[]>(claimBatchSql, [JSON.stringify(members.map((member, n) => ({ ...member, n })))])
+  const byMember: (ClaimRow | undefined)[] = new Array(members.length)
+  for (const row of rows) byMember[row.n] = row
+  return byMember
 }
 
 /**
@@ -120,8 +126,4 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant): 
 function inProgress(ttlLeftSeconds: number, ageSeconds: number): ClaimResult {
   const seconds = Math.min(Math.ceil(ageSeconds), Math.ceil(ttlLeftSeconds))
   return { kind: 'in_progress', retryAfterSeconds: Math.max(1, seconds) }
-}
-
-function storedResponse(row: ClaimRow): StoredResponse {
-  return { status: row.response_status!, headers: row.response_headers ?? {}, body: row.response_body! }
 }

@@ -1,5 +1,5 @@
 import { auditActor, insertAudit } from './audit'
-import { instant, stale, type Fragment } from './policy'
+import { instant, stale, staleEntry, type Fragment } from './policy'
 import type { Sql } from './types'
 
 /**
@@ -12,7 +12,6 @@ export const EXPIRE_BATCH_SIZE = 100
 const MAX_LISTED = 50
 
 export interface ExpireStaleOptions {
-  readonly ttlSeconds: number
   /**
    * The instant the operator saw the list at: only keys already stale then are
    * expired, so a key reclaimed or re-claimed since (a newer locked_at) is left
@@ -55,17 +54,22 @@ export async function expireStale(sql: Sql, options: ExpireStaleOptions, actor: 
   for (;;) {
     const rows = await sql<{ tenant: string; key: string }[]>`
       with target as (
-        select k.tenant, k.key from idempotency_keys k
-         where ${stale(sql, at(), options.ttlSeconds)} ${ofTenant()}
-         order by k.locked_at
+        select k.tenant, k.key, k.stale_at from idempotency_processing pr
+          join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
+         where ${staleEntry(sql, at())} and ${stale(sql, at())} ${ofTenant()}
+         order by pr.stale_at
          limit ${EXPIRE_BATCH_SIZE}
            for update of k skip locked
       ),
       released as (
-        update idempotency_keys k set status = 'released', owner = null, released_at = now()
+        update idempotency_keys k set status = 'released', owner = null, released_at = now(), stale_at = null, release_reason = 'force_expired'
           from target t
          where k.tenant = t.tenant and k.key = t.key
         returning k.tenant, k.key, k.lease, k.attempts, k.locked_at
+      ),
+      unlisted as (
+        delete from idempotency_processing pr using target t
+         where pr.stale_at = t.stale_at and pr.tenant = t.tenant and pr.key = t.key
       ),
       audited as (
         ${insertAudit(sql, sql`
@@ -80,14 +84,15 @@ export async function expireStale(sql: Sql, options: ExpireStaleOptions, actor: 
   }
   // What is left stale is held by live workers (SKIP LOCKED passed over them).
   const alive = await sql<{ tenant: string; key: string; total: number }[]>`
-    select k.tenant, k.key, count(*) over ()::int as total from idempotency_keys k
-     where ${stale(sql, at(), options.ttlSeconds)} ${ofTenant()}
-     order by k.locked_at
+    select k.tenant, k.key, count(*) over ()::int as total from idempotency_processing pr
+      join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
+     where ${staleEntry(sql, at())} and ${stale(sql, at())} ${ofTenant()}
+     order by pr.stale_at
      limit ${MAX_LISTED}`
   const workerAlive = alive[0]?.total ?? 0
   const aliveKeys = alive.map(({ tenant, key }) => ({ tenant, key }))
   const outcome = expired > 0 ? 'expired' : workerAlive > 0 ? 'worker_alive' : 'none_stale'
-  const detail = { expired, worker_alive: workerAlive, as_of: asOf?.toISOString() ?? null, ttl_seconds: options.ttlSeconds, alive_keys: aliveKeys.slice(0, 10) }
+  const detail = { expired, worker_alive: workerAlive, as_of: asOf?.toISOString() ?? null, alive_keys: aliveKeys.slice(0, 10) }
   const [summary] = await sql<{ id: string }[]>`
     ${insertAudit(sql, sql`values (${who}, 'expire_all_stale', ${options.tenant ?? null}, null, ${outcome}, ${sql.json(detail)})`)}
     returning id`

@@ -26,10 +26,7 @@ export interface ForceExpireResult {
   readonly auditId: string
 }
 
-export interface ForceExpireOptions extends Clock {
-  /** The server's TTL: past it, a key's worker has stopped (its deadline), alive or not. */
-  readonly ttlSeconds: number
-}
+export type ForceExpireOptions = Clock
 
 /**
  * Force-expires one processing key, conditional on the lease the operator saw,
@@ -59,17 +56,21 @@ export async function forceExpire(sql: Sql, target: ExpireTarget, actor: string,
     const [row] = await sql<{ id: string; outcome: ForceExpireOutcome }[]>`
       with params as (select coalesce(${now}::timestamptz, now()) as now),
       seen as (
-        select k.tenant, k.key, ${forceExpirable(sql, now, options.ttlSeconds)} as expirable
+        select k.tenant, k.key, k.stale_at, ${forceExpirable(sql, now)} as expirable
           from idempotency_keys k
          where k.tenant = ${target.tenant} and k.key = ${target.key}
            and k.lease = ${target.lease} and k.status = 'processing'
            for update of k nowait
       ),
       released as (
-        update idempotency_keys k set status = 'released', owner = null, released_at = p.now
+        update idempotency_keys k set status = 'released', owner = null, released_at = p.now, stale_at = null, release_reason = 'force_expired'
           from seen s, params p
          where k.tenant = s.tenant and k.key = s.key and s.expirable
         returning k.attempts, k.locked_at, k.request_id
+      ),
+      unlisted as (
+        delete from idempotency_processing pr using seen s
+         where s.expirable and pr.stale_at = s.stale_at and pr.tenant = s.tenant and pr.key = s.key
       )
       ${insertAudit(sql, sql`
       select ${who}, 'force_expire', ${target.tenant}, ${target.key},

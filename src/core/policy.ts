@@ -69,25 +69,60 @@ type Rule = (now: string, seconds: string) => string
 
 const RULES = {
   /**
-   * A processing key whose current lease is older than the TTL. Its worker
-   * has stopped at its deadline (a margin before), alive or not: a retry
-   * reclaims it, an operator may expire it. Served by the partial index
-   * idempotency_keys_processing (locked_at first).
+   * A processing key past its deadline (stale_at: its claim's instant plus
+   * the TTL it was claimed with, sql/00006). Its worker has stopped at its
+   * own deadline (a margin before), alive or not: a retry reclaims it, an
+   * operator may expire it. No setting is needed to judge it: the row knows.
+   * Scans start from idempotency_processing (stale_at first).
    */
-  stale: (now, seconds) => `(k.status = 'processing' and k.locked_at <= ${now} - make_interval(secs => ${seconds}))`,
+  stale: (now) => `(k.status = 'processing' and k.stale_at <= ${now})`,
   /**
    * A completed key past its retention: no longer replayed; a claim treats it
-   * as a new request (reclaim.ts renewExpired), the purge deletes it. A range
-   * of idempotency_keys_done_completed_at.
+   * as a new request (reclaim.ts renewExpired), the purge deletes it. A key
+   * completes after its creation, so it is in the range of
+   * idempotency_keys_created_at before the cut-off, which the first term
+   * gives the planner (an index on completed_at would make every completion
+   * a non-HOT update: sql/00006).
    */
-  expired: (now, seconds) => `(k.status = 'done' and k.completed_at <= ${now} - make_interval(secs => ${seconds}))`,
+  expired: (now, seconds) => `(k.created_at <= ${now} - make_interval(secs => ${seconds}) and k.status = 'done' and k.completed_at <= ${now} - make_interval(secs => ${seconds}))`,
   /**
    * A released key past its retention, counted from its release (released_at):
    * counted from the claim, a key stuck longer than the retention would be
    * purged the instant an operator released it, and its retry would get a new
-   * downstream key, so a new charge. A range of idempotency_keys_released_at.
+   * downstream key, so a new charge. Like `expired`, a range of created_at.
    */
-  releasedExpired: (now, seconds) => `(k.status = 'released' and k.released_at <= ${now} - make_interval(secs => ${seconds}))`,
+  releasedExpired: (now, seconds) => `(k.created_at <= ${now} - make_interval(secs => ${seconds}) and k.status = 'released' and k.released_at <= ${now} - make_interval(secs => ${seconds}))`,
+  /**
+   * Somebody works on processing key `k` (liveness per request, not per
+   * process): its owner beats, and either lists the key's lease or claimed
+   * it too recently to have listed it (at or after `leases_as_of`: see
+   * sql/00005). A live process that does not list a lease it claimed earlier
+   * has no request running under it: the claim's answer was lost, or the
+   * request ended without a release. Without an owner (a plugin app with no
+   * heartbeat) nobody can tell: it is taken for worked on. The process row is
+   * `owner_beat`, not `p`: callers name their params row `p`.
+   */
+  /**
+   * The stale rule on an entry of idempotency_processing (aliased `pr`), which
+   * carries its key's stale_at: the range its primary key serves.
+   */
+  staleEntry: (now) => `(pr.stale_at <= ${now})`,
+  /**
+   * Not a condition: a key's deadline (its stale_at) when claimed at `now`
+   * with a TTL of `seconds`, written by every claim and take-over.
+   */
+  deadline: (now, seconds) => `(${now} + make_interval(secs => ${seconds}))`,
+  /**
+   * A key that may be past its retention: created before the cut-off (it was
+   * completed or released after its creation). A range of
+   * idempotency_keys_created_at, for the purge to walk oldest first.
+   */
+  retentionCandidate: (now, seconds) => `(k.created_at <= ${now} - make_interval(secs => ${seconds}))`,
+  workedOn: (now) => `(k.owner is null or exists (
+    select 1 from idempotency_processes owner_beat
+     where owner_beat.id = k.owner
+       and owner_beat.heartbeat_at > ${now} - make_interval(secs => ${PROCESS_ALIVE_SECONDS})
+       and (k.lease = any(owner_beat.leases) or owner_beat.leases_as_of is null or k.locked_at >= owner_beat.leases_as_of)))`,
 } as const satisfies Record<string, Rule>
 
 export type CutoffName = keyof typeof RULES
@@ -116,21 +151,38 @@ export function cutoffText(name: CutoffName, now: string, seconds: string): stri
   return RULES[name](now, seconds)
 }
 
-/** Stale: processing and past the TTL. */
-export const stale = (sql: Sql, now: Instant, ttlSeconds: number): Fragment => cutoff(sql, 'stale', now, ttlSeconds)
+/** Stale: processing and past its deadline (the row's stale_at). */
+export const stale = (sql: Sql, now: Instant): Fragment => cutoff(sql, 'stale', now, 0)
 /** Expired: done and past the retention. */
 export const expired = (sql: Sql, now: Instant, retentionSeconds: number): Fragment => cutoff(sql, 'expired', now, retentionSeconds)
 /** Released and past the retention. */
 export const releasedExpired = (sql: Sql, now: Instant, retentionSeconds: number): Fragment => cutoff(sql, 'releasedExpired', now, retentionSeconds)
 
 /**
- * When an operator may force-expire a processing key: once it is stale (its
- * worker has stopped at its deadline), or earlier when its owner process has
- * no fresh heartbeat (gone). Before the deadline of a live owner, never: that
- * worker will finish or fail on its own.
+ * A processing key nobody can be finishing: stale (its worker has stopped at
+ * its deadline, alive or not), or, before that, worked on by no live request
+ * (workedOn above: its owner is gone, or its owner does not
+ * list the lease: the claim's answer was lost). A retry takes it over
+ * (reclaim.ts), an operator may force-expire it. Before the deadline of a
+ * request that runs, never: that worker will finish or fail on its own.
  */
-export function forceExpirable(sql: Sql, now: Date | null | undefined, ttlSeconds: number): Fragment {
-  return sql`(${stale(sql, now, ttlSeconds)} or not ${ownerAliveCondition(sql, now)})`
+/** A processing-list entry past its deadline (the `stale` rule, on the entry). */
+export const staleEntry = (sql: Sql, now: Instant): Fragment => cutoff(sql, 'staleEntry', now, 0)
+/** The stale_at of a key claimed at `now` (a fragment, e.g. p.now) with `ttlSeconds`. */
+export const deadlineAt = (sql: Sql, now: Instant, ttlSeconds: number): Fragment => cutoff(sql, 'deadline', now, ttlSeconds)
+/** May be past its retention: for the purge's range. */
+export const retentionCandidate = (sql: Sql, now: Instant, retentionSeconds: number): Fragment => cutoff(sql, 'retentionCandidate', now, retentionSeconds)
+
+/** Somebody works on the processing key (the rule above). */
+export const workedOnCondition = (sql: Sql, now: Instant): Fragment => cutoff(sql, 'workedOn', now, 0)
+
+export function abandoned(sql: Sql, now: Instant): Fragment {
+  return sql`(${stale(sql, now)} or (k.status = 'processing' and not ${workedOnCondition(sql, now)}))` as Fragment
+}
+
+/** When an operator may force-expire a processing key: once it is abandoned. */
+export function forceExpirable(sql: Sql, now: Instant): Fragment {
+  return abandoned(sql, now)
 }
 
 /** The instant as SQL: a fragment as is, else the given time or the database's now(). */
@@ -140,17 +192,11 @@ export function instant(sql: Sql, now: Instant): Fragment {
 }
 
 /**
- * The stale and expired cut-offs on an age the database already computed
- * (claim.ts reads the row once, then decides in TypeScript): the same
- * boundaries as the SQL above, `<=` there being `>=` on the age here.
+ * The expired cut-off on an age the database already computed (claim.ts
+ * reads the row once, then decides in TypeScript): the same boundary as the
+ * SQL above, `<=` there being `>=` on the age here.
  */
-export const isStaleAge = (ageSeconds: number, ttlSeconds: number): boolean => ageSeconds >= ttlSeconds
 export const isExpiredAge = (ageSeconds: number, retentionSeconds: number): boolean => ageSeconds >= retentionSeconds
-
-/** When the current lease of a key locked at `lockedAt` reaches its TTL: past it, the key is stale. */
-export function deadlineOf(lockedAt: Date, ttlSeconds: number): Date {
-  return new Date(lockedAt.getTime() + ttlSeconds * 1000)
-}
 
 /** When a key completed or released at `at` leaves its retention: past it, it is expired (and purged). */
 export function retentionEndOf(at: Date, retentionSeconds: number): Date {

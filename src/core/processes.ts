@@ -1,4 +1,5 @@
 import { hostname } from 'node:os'
+import { pgTextArray } from './pg-array'
 import type { Sql } from './types'
 
 /**
@@ -24,27 +25,45 @@ export function ownerAliveCondition(sql: Sql, now: Date | null | undefined) {
 export interface ProcessHeartbeat {
   /** This process's id: the `owner` of every key it claims. */
   readonly id: string
-  /** Beats once now (the timer beats on its own). */
+  /** Beats once now (the timer beats on its own); never two at once. */
   beat(): Promise<void>
   /** Stops beating and removes the row: a clean stop is not mistaken for a live owner. */
   stop(): Promise<void>
 }
 
+export interface HeartbeatOptions {
+  readonly intervalMs?: number
+  readonly log?: (line: string) => void
+  /** The leases this process works on right now, listed with every beat. @default none */
+  readonly leases?: () => readonly string[]
+}
+
 /**
- * Registers this process and keeps its heartbeat fresh. A failed beat (the
- * database away) is retried at the next interval; its keys then look
- * abandoned to operators, which fencing makes safe.
+ * Registers this process and keeps its heartbeat fresh, with the list of
+ * leases it works on. Beats are sequential (the next is timed from the end of
+ * the last), which `leases_as_of` relies on: a claim that began before the
+ * previous beat ran was registered before this beat's list was taken.
+ *
+ * A failed beat (the database away) is retried at the next interval; its keys
+ * then look abandoned to operators, which fencing makes safe.
  */
-export async function startHeartbeat(sql: Sql, options: { intervalMs?: number; log?: (line: string) => void } = {}): Promise<ProcessHeartbeat> {
+export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): Promise<ProcessHeartbeat> {
   const id = crypto.randomUUID()
   await sql`
     insert into idempotency_processes (id, pid, hostname) values (${id}, ${process.pid}, ${hostname().slice(0, 255) || 'unknown'})`
   // Rows of processes gone for a day are of no use to anyone.
   await sql`delete from idempotency_processes where heartbeat_at < now() - interval '1 day'`.catch(() => undefined)
   let failing = false
-  const beat = async () => {
+  let stopped = false
+  let running: Promise<void> = Promise.resolve()
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const write = async () => {
     try {
-      await sql`update idempotency_processes set heartbeat_at = now() where id = ${id}`
+      const leases = pgTextArray(options.leases?.() ?? [])
+      await sql`
+        update idempotency_processes
+           set leases = ${leases}::bigint[], leases_as_of = heartbeat_at, heartbeat_at = now()
+         where id = ${id}`
       if (failing) options.log?.('heartbeat: written again')
       failing = false
     } catch (error) {
@@ -52,13 +71,23 @@ export async function startHeartbeat(sql: Sql, options: { intervalMs?: number; l
       failing = true
     }
   }
-  const timer = setInterval(() => void beat(), options.intervalMs ?? HEARTBEAT_INTERVAL_MS)
-  timer.unref?.()
+  const beat = (): Promise<void> => {
+    running = running.then(write)
+    return running
+  }
+  const schedule = () => {
+    if (stopped) return
+    timer = setTimeout(() => void beat().then(schedule), options.intervalMs ?? HEARTBEAT_INTERVAL_MS)
+    timer.unref?.()
+  }
+  schedule()
   return {
     id,
     beat,
     async stop() {
-      clearInterval(timer)
+      stopped = true
+      clearTimeout(timer)
+      await running
       await sql`delete from idempotency_processes where id = ${id}`.catch(() => undefined)
     },
   }

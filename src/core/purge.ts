@@ -1,4 +1,4 @@
-import { expired, releasedExpired } from './policy'
+import { expired, releasedExpired, retentionCandidate } from './policy'
 import type { Clock, Sql } from './types'
 
 /**
@@ -32,23 +32,19 @@ export interface PurgeOptions extends Clock {
 export async function purgeExpired(sql: Sql, options: PurgeOptions): Promise<number> {
   const limit = options.batchSize ?? PURGE_BATCH_SIZE
   const now = options.now ?? null
+  // One range of idempotency_keys_created_at, oldest first: a key past its
+  // retention was created before the cut-off (policy.ts), done or released.
   const rows = await sql`
-    with done as (
+    with gone as (
       select k.tenant, k.key from idempotency_keys k
-       where ${expired(sql, now, options.retentionSeconds)}
-       order by k.completed_at
-       limit ${limit}
-         for update of k skip locked
-    ),
-    released as (
-      select k.tenant, k.key from idempotency_keys k
-       where ${releasedExpired(sql, now, options.retentionSeconds)}
-       order by k.released_at
+       where ${retentionCandidate(sql, now, options.retentionSeconds)}
+         and (${expired(sql, now, options.retentionSeconds)} or ${releasedExpired(sql, now, options.retentionSeconds)})
+       order by k.created_at
        limit ${limit}
          for update of k skip locked
     )
     delete from idempotency_keys k
-     using (select tenant, key from done union all select tenant, key from released) d
+     using gone d
      where k.tenant = d.tenant and k.key = d.key and k.status in ('done', 'released')`
   return rows.count
 }

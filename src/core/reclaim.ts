@@ -1,5 +1,6 @@
 import { SQLSTATE, sqlState } from './errors'
-import { expired, stale } from './policy'
+import { newLeaseId } from './lease-id'
+import { abandoned, deadlineAt, expired } from './policy'
 import type { Claimant, Lease, RequestIdentity, Sql } from './types'
 
 /** 'busy': the row is locked right now (a completion or another take-over is committing). */
@@ -16,36 +17,49 @@ export type TakeOver = Lease | null | 'busy'
  */
 
 /**
- * Takes over a stale processing key: its worker is past its deadline (it
- * stopped, or died with its process). The request keeps its request_id, so
+ * Takes over an abandoned processing key (policy.ts): its worker is past its
+ * deadline (it stopped, or died with its process), or no live request works
+ * on it (its claim's answer was lost). The request keeps its request_id, so
  * its downstream key is the same and a provider that already charged answers
  * that charge. The old worker, if it still runs, is fenced by the new lease.
  */
-export function reclaim(sql: Sql, seen: Lease, claimant: Claimant): Promise<TakeOver> {
+export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOver> {
   return takeOver(seen, async () => {
     const [row] = await sql<TakenRow[]>`
       with params as (select coalesce(${claimant.now ?? null}::timestamptz, now()) as now),
       target as (
-        select k.tenant, k.key from idempotency_keys k, params p
+        select k.tenant, k.key, k.stale_at from idempotency_keys k, params p
          where k.tenant = ${seen.tenant} and k.key = ${seen.key}
-           and k.lease = ${seen.lease} and ${stale(sql, sql`p.now`, claimant.ttlSeconds)}
+           and k.lease = ${seen.lease} and ${abandoned(sql, sql`p.now`)}
            for update of k nowait
+      ),
+      taken as (
+        update idempotency_keys k
+           set lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)},
+               attempts = k.attempts + 1, owner = ${claimant.owner ?? null}::uuid
+          from target, params p
+         where k.tenant = target.tenant and k.key = target.key
+        returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
+      ),
+      unlisted as (
+        delete from idempotency_processing pr using target t
+         where pr.stale_at = t.stale_at and pr.tenant = t.tenant and pr.key = t.key
+      ),
+      listed as (
+        insert into idempotency_processing (stale_at, tenant, key, locked_at)
+        select stale_at, tenant, key, locked_at from taken
       )
-      update idempotency_keys k
-         set lease = nextval('idempotency_lease_seq'), locked_at = p.now, attempts = k.attempts + 1, owner = ${claimant.owner ?? null}::uuid
-        from target, params p
-       where k.tenant = target.tenant and k.key = target.key
-      returning k.lease, k.attempts, k.request_id`
+      select lease::text as lease, attempts, request_id::text as request_id from taken`
     return row
   })
 }
 
 /**
- * Runs a released key again. The same request (same fingerprint) keeps its
- * request_id, so a charge its failed execution made is found, not repeated;
- * another request under the key is new, and gets a new request_id.
+ * Runs a released key again. The same request keeps its request_id, so a
+ * charge its failed execution made is found, not repeated; past its
+ * retention (`sameRequest` false) the key is bound anew, to a new request.
  */
-export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameRequest: boolean, claimant: Claimant): Promise<TakeOver> {
+export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameRequest: boolean, claimant: Taker): Promise<TakeOver> {
   return takeOver(id, async () => {
     const [row] = await sql<TakenRow[]>`
       with params as (select coalesce(${claimant.now ?? null}::timestamptz, now()) as now),
@@ -54,15 +68,25 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
          where k.tenant = ${id.tenant} and k.key = ${id.key}
            and k.status = 'released' and k.lease = ${seen.lease}
            for update of k nowait
+      ),
+      taken as (
+        update idempotency_keys k
+           set status = 'processing', released_at = null, release_reason = null,
+               lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)},
+               owner = ${claimant.owner ?? null}::uuid,
+               ${sameRequest
+                 ? sql`attempts = k.attempts + 1`
+                 : sql`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(), attempts = 1, created_at = p.now,
+                       summary = ${claimant.summary ? sql.json(claimant.summary) : null}::jsonb`}
+          from target, params p
+         where k.tenant = target.tenant and k.key = target.key
+        returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
+      ),
+      listed as (
+        insert into idempotency_processing (stale_at, tenant, key, locked_at)
+        select stale_at, tenant, key, locked_at from taken
       )
-      update idempotency_keys k
-         set status = 'processing', released_at = null, lease = nextval('idempotency_lease_seq'), locked_at = p.now, owner = ${claimant.owner ?? null}::uuid,
-             ${sameRequest
-               ? sql`attempts = k.attempts + 1`
-               : sql`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(), attempts = 1, created_at = p.now`}
-        from target, params p
-       where k.tenant = target.tenant and k.key = target.key
-      returning k.lease, k.attempts, k.request_id`
+      select lease::text as lease, attempts, request_id::text as request_id from taken`
     return row
   })
 }
@@ -72,7 +96,7 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
  * request, with a new request_id (so a new downstream key: the old charge is
  * not this request's).
  */
-export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, claimant: Claimant): Promise<TakeOver> {
+export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, claimant: Taker): Promise<TakeOver> {
   return takeOver(id, async () => {
     const [row] = await sql<TakenRow[]>`
       with params as (select coalesce(${claimant.now ?? null}::timestamptz, now()) as now),
@@ -81,20 +105,31 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
          where k.tenant = ${id.tenant} and k.key = ${id.key}
            and k.lease = ${seenLease} and ${expired(sql, sql`p.now`, claimant.retentionSeconds)}
            for update of k nowait
+      ),
+      taken as (
+        update idempotency_keys k
+           set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(),
+               status = 'processing', lease = ${claimant.lease ?? newLeaseId()}::bigint, attempts = 1, owner = ${claimant.owner ?? null}::uuid,
+               created_at = p.now, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)}, completed_at = null,
+               response_status = null, response_headers = null, response_body = null,
+               summary = ${claimant.summary ? sql.json(claimant.summary) : null}::jsonb
+          from target, params p
+         where k.tenant = target.tenant and k.key = target.key
+        returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
+      ),
+      listed as (
+        insert into idempotency_processing (stale_at, tenant, key, locked_at)
+        select stale_at, tenant, key, locked_at from taken
       )
-      update idempotency_keys k
-         set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(),
-             status = 'processing', lease = nextval('idempotency_lease_seq'), attempts = 1, owner = ${claimant.owner ?? null}::uuid,
-             created_at = p.now, locked_at = p.now, completed_at = null,
-             response_status = null, response_headers = null, response_body = null
-        from target, params p
-       where k.tenant = target.tenant and k.key = target.key
-      returning k.lease, k.attempts, k.request_id`
+      select lease::text as lease, attempts, request_id::text as request_id from taken`
     return row
   })
 }
 
 interface TakenRow { lease: string; attempts: number; request_id: string }
+
+/** A claimant, with the lease it takes the key under (drawn by the caller, lease-id.ts; @default a new one). */
+export type Taker = Claimant
 
 /** Runs a conditional take-over UPDATE: its new lease, null if its condition no longer held, 'busy' on NOWAIT. */
 async function takeOver(key: { tenant: string; key: string }, update: () => Promise<TakenRow | undefined>): Promise<TakeOver> {

@@ -1,20 +1,39 @@
 import type { Lease, Sql } from './types'
 
+/** Why a key is given back: kept with it, so operators can tell a failure from a deadline (a late charge may follow one). */
+export type ReleaseReason = 'failed' | 'deadline' | 'shutdown' | 'lost_claim' | 'force_expired'
+
 /**
  * Gives a key back after its execution failed or ran into its deadline, so a
  * retry runs the request again. The row stays, as 'released', with its
  * request_id: the retry then sends the provider the same downstream key
  * (downstream-key.ts), and a charge this execution made before failing is
- * returned, not made twice.
+ * returned, not made twice. It leaves the processing list in the same
+ * statement.
  *
  * Conditional on our lease: if the key was taken over meanwhile, the new
  * owner's claim is left alone. Nothing of ours holds the row lock for longer
- * than a round trip, so this waits on nothing (lock_timeout bounds it anyway).
+ * than a statement, so this waits on nothing (lock_timeout bounds it anyway).
  */
-export async function release(sql: Sql, lease: Lease): Promise<boolean> {
+export async function release(sql: Sql, lease: Pick<Lease, 'tenant' | 'key' | 'lease'>, reason: ReleaseReason = 'failed'): Promise<boolean> {
   const rows = await sql`
-    update idempotency_keys set status = 'released', owner = null, released_at = now()
-     where tenant = ${lease.tenant} and key = ${lease.key}
-       and lease = ${lease.lease} and status = 'processing'`
-  return rows.count === 1
+    with target as (
+      select k.tenant, k.key, k.stale_at from idempotency_keys k
+       where k.tenant = ${lease.tenant} and k.key = ${lease.key}
+         and k.lease = ${lease.lease} and k.status = 'processing'
+         for update of k
+    ),
+    released as (
+      update idempotency_keys k
+         set status = 'released', owner = null, released_at = now(), stale_at = null, release_reason = ${reason}
+        from target t
+       where k.tenant = t.tenant and k.key = t.key
+      returning k.key
+    ),
+    unlisted as (
+      delete from idempotency_processing pr using target t
+       where pr.stale_at = t.stale_at and pr.tenant = t.tenant and pr.key = t.key
+    )
+    select 1 from released`
+  return rows.length === 1
 }

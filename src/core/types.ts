@@ -24,7 +24,7 @@ export interface StoredResponse {
 export interface Lease {
   readonly tenant: string
   readonly key: string
-  /** Drawn from a sequence: unique for all time, never reused after a delete. */
+  /** 63 random bits drawn by the service (lease-id.ts): never handed out twice, even across a failover. */
   readonly lease: string
   readonly attempts: number
   /** The logical request (kept across reclaims and releases): the downstream key derives from it. */
@@ -44,6 +44,10 @@ export interface Timing extends Clock {
 /** Who claims: the process's heartbeat id (core/processes.ts), or null when it has none. */
 export interface Claimant extends Timing {
   readonly owner?: string | null | undefined
+  /** The lease to claim under, drawn by the caller before the claim is sent (lease-id.ts). @default a new one */
+  readonly lease?: string | undefined
+  /** A small summary of the request chosen by the route (customer, amount), stored with the claim for operators. */
+  readonly summary?: Readonly<Record<string, string | number | boolean | null>> | null | undefined
 }
 
 /** The outcome of trying to claim a key: the HTTP layer maps each kind to one status. */
@@ -52,6 +56,6 @@ export type ClaimResult =
   | { readonly kind: 'reclaimed'; readonly lease: Lease }
   | { readonly kind: 'replay'; readonly response: StoredResponse }
   | { readonly kind: 'in_progress'; readonly retryAfterSeconds: number }
-  | { readonly kind: 'mismatch'; readonly status: 'processing' | 'done' }
+  | { readonly kind: 'mismatch'; readonly status: 'processing' | 'done' | 'released' }
 
 export type KeyStatus = 'processing' | 'done' | 'released'

@@ -6,16 +6,19 @@ import { claim } from '../core/claim'
 import { complete, type TransactionSql } from '../core/complete'
 import { deadlineSignal, DeadlineExceededError, executionBudgetMs, ShuttingDownError } from '../core/deadline'
 import { downstreamKey } from '../core/downstream-key'
-import { IdempotencyError, LeaseLostError, SQLSTATE, isUnavailable, sqlState } from '../core/errors'
+import { DatabaseUnavailableError, IdempotencyError, LeaseLostError, SQLSTATE, isUnavailable, sqlState } from '../core/errors'
 import { fingerprint } from '../core/fingerprint'
-import { release } from '../core/release'
+import { newLeaseId } from '../core/lease-id'
+import { release, type ReleaseReason } from '../core/release'
+import { completeRows, type RowWrites } from '../core/complete-rows'
 import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
 import { DEFAULT_MAX_BODY_BYTES, readJsonBody } from './body'
 import { notify, type IdempotencyHooks, type Outcome } from './outcomes'
 import { detail, IdempotencyKey, idempotentOperation, type RouteDocs } from './operation'
 import { isProblemCode, problem, problemResponse, PROBLEM_CONTENT_TYPE, type Problem } from './problem'
-import type { InFlight } from './in-flight'
+import type { ClaimTicket, InFlight } from './in-flight'
+import { log } from '../log'
 
 /** SPEC: Idempotency-Key is 1..255 printable ASCII characters without space; the OpenAPI document shows the same pattern. */
 const KEY_PATTERN = new RegExp(IdempotencyKey.pattern!)
@@ -25,6 +28,24 @@ const KEY_PATTERN = new RegExp(IdempotencyKey.pattern!)
  * this time, the key becomes reclaimable after the TTL instead.
  */
 const RELEASE_TIMEOUT_MS = 2_000
+/**
+ * The longest a claim may take, counted on our side, queueing for a pooled
+ * connection included. A claim is one indexed statement (well under 10 ms
+ * here even at 256 concurrent requests); 2 s means the write path is stuck
+ * (a synchronous standby that stopped acknowledging, a saturated database),
+ * and the request then answers 503 instead of hanging (SPEC: none hangs). The
+ * statement may still commit later: it is then a lost claim (below).
+ */
+const CLAIM_TIMEOUT_MS = 2_000
+/**
+ * When a claim's answer was lost (its connection reset, or it timed out), the
+ * key may have been claimed under our lease after all: we release it under
+ * that lease, now and then twice more, in case the statement was still
+ * running. A release is conditional on our lease, so it never touches another
+ * request's claim. Meanwhile the heartbeat no longer lists the lease, so a
+ * retry or an operator may take the key over within a beat or two anyway.
+ */
+const LOST_CLAIM_RELEASES_MS = [0, 1_000, 4_000] as const
 export { DEFAULT_MAX_BODY_BYTES, DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS }
 
 /** A postgres.js handle (`postgres(url)`), with the schema of sql/ applied to its database. */
@@ -55,7 +76,11 @@ export interface IdempotencyOptions {
   readonly maxBodyBytes?: number
   /** Told each request's outcome, reclaims, lost claims and releases (for metrics). @default none */
   readonly hooks?: IdempotencyHooks
-  /** Counts requests in flight, so a shutdown can drain them. */
+  /**
+   * Counts requests from their acceptance, so a shutdown can drain them (no
+   * new claim starts while it does), and lists the leases being worked on
+   * for the heartbeat (per-request liveness).
+   */
   readonly inFlight?: InFlight
   /** This process's heartbeat id (core/processes.ts), recorded as the owner of the keys it claims. */
   readonly owner?: () => string | undefined
@@ -98,6 +123,27 @@ export interface RecordContext<Body, Result> {
   readonly tx: TransactionSql
 }
 
+export interface RowsContext<Body, Result> {
+  readonly body: Body
+  readonly tenant: string
+  readonly key: string
+  /** What the external step returned. */
+  readonly result: Result
+}
+
+/** What a declarative recording step returns: the answer to store, and the rows to insert with it. */
+export interface RowsResult extends HandlerResult {
+  /**
+   * Rows to insert, by table (`{ payments: [{ id, tenant, ... }] }`), in the
+   * same statement that completes the key: a column a row leaves out gets
+   * its default. Names are checked (lower-case identifiers).
+   */
+  readonly insert: RowWrites
+}
+
+/** What the route keeps of a request at claim, for operators: a few small fields (a payment's customer and amount). */
+export type RequestSummary = Readonly<Record<string, string | number | boolean | null>>
+
 export type Validation<Body> = { ok: true; value: Body } | { ok: false; errors: string[] }
 
 export interface IdempotentRoute<Body, Result> {
@@ -119,11 +165,27 @@ export interface IdempotentRoute<Body, Result> {
    */
   readonly act: (context: ActContext<Body>) => Promise<Result>
   /**
-   * The recording step: the business writes, through `tx`, in the transaction
-   * that completes the key, and the answer to store. A status of 500 or more
-   * is not stored: the writes roll back and the key is released.
+   * The recording step, declarative (give this or `record`): the answer to
+   * store and the rows to insert, written with the key's completion in one
+   * autocommit statement, batched with other requests' (core/complete-rows.ts).
+   * Two statements per fresh request in all, claim included. A status of 500
+   * or more is not stored: nothing is written and the key is released.
    */
-  readonly record: (context: RecordContext<Body, Result>) => Promise<HandlerResult>
+  readonly recordRows?: (context: RowsContext<Body, Result>) => RowsResult | Promise<RowsResult>
+  /**
+   * The recording step, transactional (give this or `recordRows`): the
+   * business writes through `tx`, in the transaction that completes the key,
+   * and the answer to store; for writes that need one (reads, updates,
+   * several dependent statements). A status of 500 or more is not stored:
+   * the writes roll back and the key is released.
+   */
+  readonly record?: (context: RecordContext<Body, Result>) => Promise<HandlerResult>
+  /**
+   * A summary of the request kept with its claim (at no extra statement), so
+   * an operator can tell what a stuck or released request was: the
+   * provider-side fields to look it up by. Keep it small (at most 1 kB). @default none
+   */
+  readonly summary?: (body: Body) => RequestSummary
 }
 
 /** A recording step answered 5xx: its writes roll back, the key is released, the answer goes out once. */
@@ -150,6 +212,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   const budgetMs = executionBudgetMs(ttlSeconds)
   const { pools, hooks = {} } = options
   const validate = route.validate ?? schemaValidator(route.body)
+  if (!route.record === !route.recordRows) throw new TypeError(`idempotentPost ${route.path}: give the route exactly one of record and recordRows`)
   const event = { route: route.path }
 
   function count(outcome: Outcome, started: number): void {
@@ -157,6 +220,15 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   }
 
   async function handle(request: Request): Promise<Response> {
+    const done = options.inFlight?.track(request)
+    try {
+      return await admit(request)
+    } finally {
+      done?.()
+    }
+  }
+
+  async function admit(request: Request): Promise<Response> {
     const started = performance.now()
     const tenant = options.tenant(request)
     if (tenant === undefined) return problemResponse(problem('unauthorized'), { 'www-authenticate': 'Bearer' })
@@ -172,37 +244,56 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     if (!KEY_PATTERN.test(key)) return refuse(problem('invalid-idempotency-key'))
     const valid = validate(body.value, body.text)
     if (!valid.ok) return refuse(problem('invalid-body', undefined, { errors: valid.errors }))
+    // A draining server starts no new claim: nothing is stored, a retry goes to another server.
+    if (options.inFlight?.draining)
+      return refuse(problem('shutting-down', 'This server is stopping; nothing was done. Retry with the same Idempotency-Key.'), 'failed')
 
     const method = request.method.toUpperCase()
     const path = requestPath(request)
     const identity = { tenant, key, method, path, fingerprint: fingerprint(method, path, body.value) }
 
+    // The lease is ours before the claim is sent: listed with the heartbeat
+    // from now on, and known to us if the claim's answer never arrives.
+    const leaseId = newLeaseId()
+    const ticket = options.inFlight?.claiming(leaseId)
+    // The deadline takes a claim still queued for its statement out of the queue (it is never sent).
+    const claimDeadline = AbortSignal.timeout(CLAIM_TIMEOUT_MS)
+    const claiming = claim(pools.short, identity, {
+      ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.(), lease: leaseId, summary: route.summary?.(valid.value) ?? null,
+    }, { signal: claimDeadline })
     let claimed: ClaimResult
     try {
-      claimed = await claim(pools.short, identity, { ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.() })
+      claimed = await withTimeout(claiming, CLAIM_TIMEOUT_MS, () => new DatabaseUnavailableError(new Error(`the claim got no answer within ${CLAIM_TIMEOUT_MS} ms`)))
     } catch (error) {
-      return failure(error, started, undefined)
+      ticket?.end()
+      recoverLostClaim({ tenant, key, lease: leaseId }, claiming)
+      // Past the deadline, whichever timer fired first (ours, or the queue's abort), the database did not answer in time.
+      return failure(claimDeadline.aborted && !isUnavailable(error) ? new DatabaseUnavailableError(error) : error, started, 'lost-claim')
     }
     switch (claimed.kind) {
       case 'replay':
+        ticket?.end()
         count('replayed', started)
         return replay(claimed.response)
       case 'in_progress':
+        ticket?.end()
         count('in_progress', started)
         return problemResponse({ ...problem('in-progress'), retryAfterSeconds: claimed.retryAfterSeconds })
       case 'mismatch':
+        ticket?.end()
         count('mismatch', started)
         return problemResponse(problem('idempotency-key-reused'))
       case 'created':
       case 'reclaimed':
         if (claimed.kind === 'reclaimed') notify('onReclaim', hooks.onReclaim, event)
-        return run(claimed.lease, claimed.kind, request, valid.value, started)
+        return run(claimed.lease, claimed.kind, request, valid.value, started, ticket)
     }
   }
 
-  async function run(lease: Lease, outcome: 'created' | 'reclaimed', request: Request, body: Body, started: number): Promise<Response> {
+  async function run(lease: Lease, outcome: 'created' | 'reclaimed', request: Request, body: Body, started: number, ticket: ClaimTicket | undefined): Promise<Response> {
     const deadline = deadlineSignal(budgetMs)
-    const done = options.inFlight?.enter(lease, deadline.abort)
+    ticket?.hold(lease, deadline.abort)
+    let completing = false
     try {
       // The external phase: no connection held, no transaction open.
       const result = await untilAborted(route.act({
@@ -214,13 +305,8 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         idempotencyKey: downstreamKey(lease),
         attempt: lease.attempts,
       }), deadline.signal)
-      // The completing phase: one short transaction, fenced by the lease.
-      const stored = await complete(pools.work, lease, async (tx) => {
-        const answer = await route.record({ body, tenant: lease.tenant, key: lease.key, result, tx })
-        const response = toStored(answer)
-        if (answer.status >= 500) throw new FailedResult(response)
-        return response
-      }, { now: options.now?.() })
+      // The completing phase: one statement (or one short transaction), fenced by the lease.
+      const stored = await completeWith(lease, body, result, () => { completing = true })
       count(outcome, started)
       return new Response(stored.body, { status: stored.status, headers: stored.headers })
     } catch (error) {
@@ -229,46 +315,105 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         count('lease_lost', started)
         return problemResponse(problem('lease-lost'))
       }
-      const released = await releaseQuietly(lease)
+      const released = await releaseQuietly(lease, reasonOf(error))
       if (released) notify('onRelease', hooks.onRelease, event)
-      return failure(error, started, released)
+      // A completion whose answer was lost may have committed: then the key is
+      // done (not ours to release any more), and a retry replays it at once.
+      const state = released ? 'released' : completing && isUnavailable(error) ? 'unknown' : 'kept'
+      return failure(error, started, state)
     } finally {
       deadline.clear()
-      done?.()
+      ticket?.end()
     }
   }
 
-  async function releaseQuietly(lease: Lease): Promise<boolean> {
+  /**
+   * A claim that failed (reset, terminated, timed out) may have committed:
+   * release the key under our lease, when its late answer arrives and a few
+   * times over (LOST_CLAIM_RELEASES_MS). Every step is caught: nothing here
+   * may reject unhandled (invariant 9).
+   */
+  function recoverLostClaim(lease: Pick<Lease, 'tenant' | 'key' | 'lease'>, claiming: Promise<ClaimResult>): void {
+    const giveBack = () => release(pools.short, lease, 'lost_claim').then((released) => {
+      if (released) notify('onRelease', hooks.onRelease, event)
+      return released
+    }, () => false)
+    claiming.then((late) => {
+      if (late.kind === 'created' || late.kind === 'reclaimed') void giveBack()
+    }, () => undefined)
+    let attempt = 0
+    const next = () => {
+      const wait = LOST_CLAIM_RELEASES_MS[attempt++]
+      if (wait === undefined) return
+      const timer = setTimeout(() => void giveBack().then((released) => { if (!released) next() }), wait)
+      timer.unref?.()
+    }
+    next()
+  }
+
+  /** The recording step and the completion, in the route's form; `sending` is called as the completion goes to the database. */
+  async function completeWith(lease: Lease, body: Body, result: Result, sending: () => void): Promise<StoredResponse> {
+    const now = options.now?.()
+    const context = { body, tenant: lease.tenant, key: lease.key, result }
+    if (route.recordRows) {
+      const answer = await route.recordRows(context)
+      const response = toStored(answer)
+      if (answer.status >= 500) throw new FailedResult(response)
+      sending()
+      return completeRows(pools.work, lease, response, answer.insert, { now })
+    }
+    sending()
+    return complete(pools.work, lease, async (tx) => {
+      const answer = await route.record!({ ...context, tx })
+      const response = toStored(answer)
+      if (answer.status >= 500) throw new FailedResult(response)
+      return response
+    }, { now })
+  }
+
+  async function releaseQuietly(lease: Lease, reason: ReleaseReason): Promise<boolean> {
     let timer: ReturnType<typeof setTimeout> | undefined
     const timeout = new Promise<false>((resolve) => { timer = setTimeout(() => resolve(false), RELEASE_TIMEOUT_MS) })
     try {
-      return await Promise.race([release(pools.short, lease).catch(() => false), timeout])
+      return await Promise.race([release(pools.short, lease, reason).catch(() => false), timeout])
     } finally {
       clearTimeout(timer)
     }
   }
 
-  /** `released`: undefined when nothing was claimed, else whether the key was given back. */
-  function failure(error: unknown, started: number, released: boolean | undefined): Response {
+  /**
+   * What became of the key, for the answer's detail:
+   * - lost-claim: the claim failed; if it committed anyway, it is released under our lease;
+   * - released: given back, a retry runs again;
+   * - kept: the release failed, so the key becomes reclaimable (at the latest after the TTL);
+   * - unknown: the completion's answer was lost: it may have committed.
+   */
+  function failure(error: unknown, started: number, key: 'lost-claim' | 'released' | 'kept' | 'unknown'): Response {
     count('failed', started)
-    const after = released === false
-      ? `the idempotency key could not be released now; it can be retried after ${ttlSeconds} s`
-      : released ? 'the idempotency key was released, so a retry runs again' : 'retry with the same Idempotency-Key'
+    const after = {
+      'lost-claim': 'retry with the same Idempotency-Key',
+      released: 'the idempotency key was released, so a retry runs again',
+      kept: `the idempotency key could not be released now; a retry can take it over within ${ttlSeconds} s`,
+      unknown: 'the outcome is unknown; retry with the same Idempotency-Key: a stored answer is replayed, otherwise the request runs again',
+    }[key]
     if (error instanceof FailedResult)
       return new Response(error.response.body, { status: error.response.status, headers: error.response.headers })
     if (error instanceof DeadlineExceededError)
       return problemResponse(problem('deadline-exceeded', `Processing ran into its deadline and was stopped; ${after}.`))
     if (error instanceof ShuttingDownError)
       return problemResponse(problem('shutting-down', `This server stopped before the request finished; ${after}.`))
+    if (key === 'unknown')
+      return problemResponse({ ...problem('database-unavailable', `The database did not confirm the completion; ${after}.`), retryAfterSeconds: 1 })
     if (isUnavailable(error) || sqlState(error) === SQLSTATE.QUERY_CANCELED)
       return problemResponse(problem('database-unavailable', `The database is unavailable; ${after}.`))
+    // Our own writes waited on a lock for lock_timeout: the request failed (its key was released), nothing is in progress.
     if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE)
-      return problemResponse(problem('in-progress', 'The key is busy; retry shortly.'))
+      return problemResponse({ ...problem('database-unavailable', `A database lock was not obtained in time; ${after}.`), retryAfterSeconds: 1 })
     // An error with a catalogued code (e.g. provider-failed, 502) is answered as such; any other is internal.
     const code = error instanceof IdempotencyError ? error.code.toLowerCase().replaceAll('_', '-') : ''
     if (error instanceof IdempotencyError && error.status >= 500 && isProblemCode(code))
       return problemResponse(problem(code, `${error.message}; ${after}.`))
-    console.error(`idempotent ${route.path}: processing failed:`, error instanceof Error ? error.message : error)
+    log.error('processing failed', { route: route.path, error })
     return problemResponse(problem('internal', `Processing failed; ${after}.`))
   }
 
@@ -329,4 +474,18 @@ function replay(response: StoredResponse): Response {
     status: response.status,
     headers: { ...response.headers, 'idempotent-replayed': 'true' },
   })
+}
+
+/** Why a failed request's key is released, for operators (a deadline may be followed by a late charge). */
+function reasonOf(error: unknown): ReleaseReason {
+  if (error instanceof DeadlineExceededError) return 'deadline'
+  if (error instanceof ShuttingDownError) return 'shutdown'
+  return 'failed'
+}
+
+/** `work`, or `timeout()`'s error after `ms`; the work goes on (its late result is the caller's to handle). */
+function withTimeout<T>(work: Promise<T>, ms: number, timeout: () => Error): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const expired = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(timeout()), ms) })
+  return Promise.race([work, expired]).finally(() => clearTimeout(timer))
 }

@@ -160,11 +160,11 @@ export class DatabaseGauges {
     const now = this.options.now?.()
     const window = this.options.duplicateWindowSeconds ?? DUPLICATE_WINDOW_SECONDS
     await Promise.all([
-      this.run('processing', (tx) => readProcessingGauges(tx, this.options.ttlSeconds, now), ({ staleByTenant, oldestAgeSeconds }) => {
+      this.run('processing', (tx) => readProcessingGauges(tx, now), ({ staleByTenant, oldestAgeSeconds }) => {
         this.replace(this.stale, staleByTenant)
         this.oldest.set(oldestAgeSeconds)
       }),
-      this.run('duplicates', (tx) => readDuplicates(tx, window, now), (byTenant) => this.replace(this.duplicates, byTenant), DUPLICATES_WORK_MEM),
+      this.run('duplicates', (tx) => readDuplicates(tx, window, this.options.ttlSeconds, now), (byTenant) => this.replace(this.duplicates, byTenant), DUPLICATES_WORK_MEM),
       this.readForcedExpirations(),
     ])
   }

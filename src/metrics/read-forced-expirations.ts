@@ -7,7 +7,7 @@ import type { Sql } from '../core/types'
  * until COMMIT or ROLLBACK. Our own read holds AccessShareLock only.
  */
 export const AUDIT_WRITERS_SQL = `
-  select coalesce(array_agg(distinct l.virtualtransaction), '{}')::text[] as writers
+  select coalesce(json_agg(distinct l.virtualtransaction), '[]') as writers
     from pg_locks l
    where l.locktype = 'relation'
      and l.database = (select oid from pg_database where datname = current_database())

@@ -9,35 +9,34 @@ export interface ProcessingGauges {
 }
 
 /**
- * $1 now (null: the database's), $2 TTL seconds. Stale is the policy's cut-off
- * (core/policy.ts), the same rule the admin and the CLI count with.
+ * $1 now (null: the database's). Stale is the policy's cut-off (core/policy.ts:
+ * past the row's own deadline), the same rule the admin and the CLI count
+ * with; no TTL is needed to judge it.
  *
- * Cost: both branches read only `idempotency_keys_processing`, the partial
- * index (locked_at, tenant, key) on status = 'processing': it holds in-flight
- * and stranded keys only, a few hundred at most however
- * many completed keys wait for their retention: 0.1 ms with 1M keys
- * (test/metrics/gauge-plans.test.ts asserts the plan).
+ * Cost: both branches read only idempotency_processing (sql/00006), which
+ * holds in-flight and stranded keys and nothing else, a few hundred at most
+ * however many completed keys wait for their retention; the stale branch is a
+ * range of its primary key (test/metrics/gauge-plans.test.ts asserts the plan).
  *
  * Concurrency: a plain MVCC read. It takes no row locks, so it never waits on
- * a worker holding its key FOR UPDATE and blocks nobody; the caller runs it
- * under a statement timeout (gauges.ts).
+ * a worker and blocks nobody; the caller runs it under a statement timeout
+ * (gauges.ts).
  */
 export const PROCESSING_GAUGES_SQL = `
-  select k.tenant, count(*)::float8 as value
-    from idempotency_keys k
-   where ${cutoffText('stale', 'coalesce($1::timestamptz, now())', '$2::float8')}
-   group by k.tenant
+  select pr.tenant, count(*)::float8 as value
+    from idempotency_processing pr
+   where ${cutoffText('staleEntry', 'coalesce($1::timestamptz, now())', '0')}
+   group by pr.tenant
   union all
-  select null, coalesce(extract(epoch from (coalesce($1::timestamptz, now()) - min(k.locked_at)))::float8, 0)
-    from idempotency_keys k
-   where k.status = 'processing'`
+  select null, coalesce(extract(epoch from (coalesce($1::timestamptz, now()) - min(pr.locked_at)))::float8, 0)
+    from idempotency_processing pr`
 
-export function processingGaugeParameters(ttlSeconds: number, now?: Date): [Date | null, number] {
-  return [now ?? null, ttlSeconds]
+export function processingGaugeParameters(now?: Date): [Date | null] {
+  return [now ?? null]
 }
 
-export async function readProcessingGauges(sql: Sql, ttlSeconds: number, now?: Date): Promise<ProcessingGauges> {
-  const rows = await sql.unsafe<{ tenant: string | null; value: number }[]>(PROCESSING_GAUGES_SQL, processingGaugeParameters(ttlSeconds, now))
+export async function readProcessingGauges(sql: Sql, now?: Date): Promise<ProcessingGauges> {
+  const rows = await sql.unsafe<{ tenant: string | null; value: number }[]>(PROCESSING_GAUGES_SQL, processingGaugeParameters(now))
   const staleByTenant = new Map<string, number>()
   let oldestAgeSeconds = 0
   for (const row of rows) {

@@ -8,7 +8,7 @@
 import { recordAudit } from '../core/audit'
 import { expireStale, type ExpireStaleResult } from '../core/expire-stale'
 import { forceExpire, type ExpireTarget, type ForceExpireResult } from '../core/force-expire'
-import { expired, releasedExpired, stale } from '../core/policy'
+import { expired, releasedExpired, stale, staleEntry } from '../core/policy'
 import { purgeExpired } from '../core/purge'
 import type { OperationsContext } from './context'
 import type { KeyFilters } from './filters'
@@ -18,7 +18,7 @@ export type { ExpireStaleResult, ExpireTarget, ForceExpireResult }
 
 /** Force-expires one processing key, conditional on the lease the operator saw (core/force-expire.ts). */
 export function forceExpireKey(context: OperationsContext, target: ExpireTarget, actor: string): Promise<ForceExpireResult> {
-  return forceExpire(context.sql, target, actor, { ttlSeconds: context.ttlSeconds, now: context.now?.() })
+  return forceExpire(context.sql, target, actor, { now: context.now?.() })
 }
 
 /** Keys the confirmation of an expire-all-stale names one by one; the rest are counted. */
@@ -40,8 +40,9 @@ export async function previewExpireStale(context: OperationsContext, tenant: str
   const [row] = await sql<{ as_of: Date; stale: number }[]>`
     with params as (select coalesce(${context.now?.() ?? null}::timestamptz, now()) as now)
     select p.now as as_of,
-           (select count(*)::int from idempotency_keys k
-             where ${stale(sql, sql`p.now`, context.ttlSeconds)} ${tenant ? sql`and k.tenant = ${tenant}` : sql``}) as stale
+           (select count(*)::int from idempotency_processing pr
+              join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
+             where ${staleEntry(sql, sql`p.now`)} and ${stale(sql, sql`p.now`)} ${tenant ? sql`and k.tenant = ${tenant}` : sql``}) as stale
       from params p`
   const asOf = row!.as_of
   const filters: KeyFilters = { tenant, staleOnly: true }
@@ -51,7 +52,7 @@ export async function previewExpireStale(context: OperationsContext, tenant: str
 
 /** Expires every key stale at `asOf` (default now), skipping live workers' (core/expire-stale.ts). */
 export function expireStaleKeys(context: OperationsContext, options: { asOf?: Date | undefined; tenant?: string | undefined }, actor: string): Promise<ExpireStaleResult> {
-  return expireStale(context.sql, { ttlSeconds: context.ttlSeconds, asOf: options.asOf ?? context.now?.(), tenant: options.tenant }, actor)
+  return expireStale(context.sql, { asOf: options.asOf ?? context.now?.(), tenant: options.tenant }, actor)
 }
 
 export interface PurgePreview {

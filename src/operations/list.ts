@@ -1,4 +1,4 @@
-import { stale } from '../core/policy'
+import { stale, staleEntry } from '../core/policy'
 import { OperationInputError, type OperationsContext } from './context'
 import { decodeCursor, encodeCursor } from './cursor'
 import { filterConditions, type KeyFilters } from './filters'
@@ -14,8 +14,10 @@ export interface ProcessingKey {
   readonly attempts: number
   readonly createdAt: Date
   readonly lockedAt: Date
+  /** Its deadline: past it, the key is stale. */
+  readonly staleAt: Date
   readonly ageSeconds: number
-  /** Past the TTL (policy.ts): its worker has stopped at its deadline. */
+  /** Past its deadline (policy.ts): its worker has stopped. */
   readonly stale: boolean
 }
 
@@ -45,20 +47,22 @@ interface Row {
   attempts: number
   created_at: Date
   locked_at: Date
-  locked_at_text: string
+  stale_at: Date
+  stale_at_text: string
   age_seconds: number
   stale: boolean
 }
 
 /**
- * Lists keys in processing, oldest lease first, which puts every stale key
- * before the fresh ones.
+ * Lists keys in processing, earliest deadline first, which puts every stale
+ * key before the fresh ones.
  *
  * Reads only: takes no row lock, so it never delays a worker or a claim.
- * Order and keyset are (locked_at, tenant, key): unique, so no key is shown
- * twice or skipped across pages while keys come and go. The partial index
- * idempotency_keys_processing (sql/00001) serves exactly this order, so a
- * deep page reads `limit` index entries, never the rows before it.
+ * Order and keyset are (stale_at, tenant, key): unique, so no key is shown
+ * twice or skipped across pages while keys come and go. It is the primary key
+ * of idempotency_processing (sql/00006), which holds exactly the keys in
+ * processing, so a deep page reads `limit` entries, never the rows before it,
+ * and completed keys are never read at all.
  */
 export async function listKeys(context: OperationsContext, filters: KeyFilters, page: PageRequest = {}): Promise<KeyPage> {
   const { sql } = context
@@ -68,16 +72,17 @@ export async function listKeys(context: OperationsContext, filters: KeyFilters, 
   const now = context.now?.() ?? null
   const rows = await sql<Row[]>`
     with params as (select coalesce(${now}::timestamptz, now()) as now)
-    select k.tenant, k.key, k.method, k.path, k.lease, k.attempts, k.created_at, k.locked_at,
-           k.locked_at::text as locked_at_text,
+    select k.tenant, k.key, k.method, k.path, k.lease, k.attempts, k.created_at, k.locked_at, pr.stale_at,
+           pr.stale_at::text as stale_at_text,
            greatest(0, extract(epoch from (p.now - k.locked_at)))::float8 as age_seconds,
-           ${stale(sql, sql`p.now`, context.ttlSeconds)} as stale
-      from idempotency_keys k, params p
+           ${stale(sql, sql`p.now`)} as stale
+      from idempotency_processing pr
+      join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key, params p
      where k.status = 'processing'
        ${filterConditions(sql, filters)}
-       ${filters.staleOnly ? sql`and ${stale(sql, sql`p.now`, context.ttlSeconds)}` : sql``}
-       ${after ? sql`and (k.locked_at, k.tenant, k.key) > (${after.lockedAt}::timestamptz, ${after.tenant}, ${after.key})` : sql``}
-     order by k.locked_at, k.tenant, k.key
+       ${filters.staleOnly ? sql`and ${staleEntry(sql, sql`p.now`)} and ${stale(sql, sql`p.now`)}` : sql``}
+       ${after ? sql`and (pr.stale_at, pr.tenant, pr.key) > (${after.staleAt}::timestamptz, ${after.tenant}, ${after.key})` : sql``}
+     order by pr.stale_at, pr.tenant, pr.key
      limit ${limit + 1}`
   const shown = rows.slice(0, limit)
   const last = shown.at(-1)
@@ -91,9 +96,10 @@ export async function listKeys(context: OperationsContext, filters: KeyFilters, 
       attempts: row.attempts,
       createdAt: row.created_at,
       lockedAt: row.locked_at,
+      staleAt: row.stale_at,
       ageSeconds: row.age_seconds,
       stale: row.stale,
     })),
-    nextCursor: rows.length > limit && last ? encodeCursor({ lockedAt: last.locked_at_text, tenant: last.tenant, key: last.key }) : undefined,
+    nextCursor: rows.length > limit && last ? encodeCursor({ staleAt: last.stale_at_text, tenant: last.tenant, key: last.key }) : undefined,
   }
 }

@@ -1,5 +1,6 @@
+import type { ReleaseReason } from '../core/release'
 import { downstreamKey } from '../core/downstream-key'
-import { deadlineOf, expired, forceExpirable, ownerAliveCondition, PROCESS_ALIVE_SECONDS, releasedExpired, retentionEndOf, stale } from '../core/policy'
+import { workedOnCondition, expired, forceExpirable, ownerAliveCondition, PROCESS_ALIVE_SECONDS, releasedExpired, retentionEndOf, stale } from '../core/policy'
 import type { KeyStatus } from '../core/types'
 import type { OperationsContext } from './context'
 
@@ -56,8 +57,14 @@ export interface KeyDetail {
   /** Seconds since the current lease was taken. */
   readonly ageSeconds: number
   readonly stale: boolean
-  /** Processing only: when the lease reaches the TTL (the worker stops a margin before). */
+  /** Processing only: when the lease reaches its TTL (stale_at; the worker stops a margin before). */
   readonly deadline: Date | null
+  /** Processing only: a live request works on it (its owner lists the lease); false when its claim's answer was lost or its owner is gone. */
+  readonly workedOn: boolean
+  /** Released only: why (failed, deadline, shutdown, lost_claim, force_expired); after a deadline the provider may have charged late. */
+  readonly releaseReason: ReleaseReason | null
+  /** What the route chose to keep of the request at claim (a payment's customer and amount), for looking it up at the provider. */
+  readonly summary: Readonly<Record<string, string | number | boolean | null>> | null
   /** Done and released only: when the key leaves its retention (no longer replayed, purged). */
   readonly retentionEndsAt: Date | null
   readonly pastRetention: boolean
@@ -101,6 +108,10 @@ interface Row {
   started_at: Date | null
   heartbeat_at: Date | null
   heartbeat_age_seconds: number | null
+  stale_at: Date | null
+  worked_on: boolean
+  release_reason: ReleaseReason | null
+  summary: Record<string, string | number | boolean | null> | null
 }
 
 /**
@@ -126,8 +137,10 @@ export async function showKey(context: OperationsContext, tenant: string, key: s
            k.created_at, k.locked_at, k.completed_at, k.released_at, k.response_status,
            left(k.response_body, ${MAX_BODY_SHOWN + 1}) as response_body,
            greatest(0, extract(epoch from (params.now - k.locked_at)))::float8 as age_seconds,
-           ${stale(sql, sql`params.now`, context.ttlSeconds)} as stale,
-           (k.status = 'processing' and ${forceExpirable(sql, now, context.ttlSeconds)}) as expirable,
+           ${stale(sql, sql`params.now`)} as stale,
+           (k.status = 'processing' and ${forceExpirable(sql, now)}) as expirable,
+           (k.status = 'processing' and ${workedOnCondition(sql, now)}) as worked_on,
+           k.stale_at, k.release_reason, k.summary,
            (${expired(sql, sql`params.now`, context.retentionSeconds)} or ${releasedExpired(sql, sql`params.now`, context.retentionSeconds)}) as past_retention,
            ${ownerAliveCondition(sql, now)} as owner_alive,
            pr.pid, pr.hostname, pr.started_at, pr.heartbeat_at,
@@ -156,7 +169,10 @@ export async function showKey(context: OperationsContext, tenant: string, key: s
     releasedAt: row.released_at,
     ageSeconds: row.age_seconds,
     stale: row.stale,
-    deadline: row.status === 'processing' ? deadlineOf(row.locked_at, context.ttlSeconds) : null,
+    deadline: row.stale_at,
+    workedOn: row.worked_on,
+    releaseReason: row.release_reason,
+    summary: row.summary,
     retentionEndsAt: row.completed_at ?? row.released_at ? retentionEndOf((row.completed_at ?? row.released_at)!, context.retentionSeconds) : null,
     pastRetention: row.past_retention,
     owner: row.owner === null ? null : {

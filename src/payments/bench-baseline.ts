@@ -5,6 +5,7 @@ import { problemResponse, problems } from '../http/problem'
 import type { PaymentProvider } from '../provider/client'
 import { validateNewPayment } from './schema'
 import { insertPayment, paymentJson } from './insert-payment'
+import { benchNaiveRoute } from './bench-naive'
 
 /** Exists only with BENCH_BASELINE_ROUTE=1 (`npm run bench` sets it); never in normal operation. */
 export const BENCH_BASELINE_ROUTE = '/bench/payments-baseline'
@@ -17,14 +18,16 @@ export interface BenchBaselineOptions {
 }
 
 /**
- * The benchmark's yardstick: the same payment as POST /api/payments (same
- * auth, body checks, schema, provider call and row) but without idempotency,
- * as one INSERT in autocommit. The ratio of the idempotent route's throughput
- * to this one is the price of exactly-once.
+ * The benchmark's yardsticks. This one: the same payment as POST /api/payments
+ * (same auth, body checks, schema, provider call and row) but without
+ * idempotency, as one INSERT in autocommit. The ratio of the idempotent
+ * route's throughput to this one is the price of exactly-once. Beside it, on
+ * the same switch, the naive check-then-insert (bench-naive.ts): the price of
+ * doing it right over doing it wrong.
  */
 export function benchBaselineRoute(options: BenchBaselineOptions) {
   const { pools, provider, tenant: tenantOf, maxBodyBytes } = options
-  return new Elysia({ name: 'bench-baseline' }).post(BENCH_BASELINE_ROUTE, async ({ request }) => {
+  return new Elysia({ name: 'bench-baseline' }).use(benchNaiveRoute(options)).post(BENCH_BASELINE_ROUTE, async ({ request }) => {
     const tenant = tenantOf(request)
     if (tenant === undefined) return problemResponse(problems.unauthorized(), { 'www-authenticate': 'Bearer' })
     const body = await readJsonBody(request, maxBodyBytes)

@@ -32,10 +32,29 @@ export function paymentJson(row: PaymentRow): Payment {
 }
 
 /**
- * One INSERT ... RETURNING: through the idempotent handler's transaction it
- * commits with the key's completion; the bench baseline runs it alone.
+ * A new payment, as the row to insert and the JSON to answer with. Its id and
+ * created_at come from the service, not from column defaults: the answer
+ * stored with the key must name the row before the statement that writes
+ * both runs (core/complete-rows.ts), and no gen_random_uuid() or clock runs
+ * in the database's statement (a distributed table's shard needs that too:
+ * docs/scaling.md).
  */
-export async function insertPayment(sql: postgres.Sql<Record<string, never>> | postgres.ReservedSql<Record<string, never>>, tenant: string, payment: NewPayment, providerRef: string, idempotencyKey: string): Promise<PaymentRow> {
+export function newPayment(tenant: string, payment: NewPayment, providerRef: string, idempotencyKey: string): { row: Record<string, string | number | null>; json: Payment } {
+  const id = crypto.randomUUID()
+  const createdAt = new Date().toISOString()
+  const row = {
+    id, tenant, amount: payment.amount, currency: payment.currency, customer: payment.customer,
+    description: payment.description ?? null, status: 'succeeded', provider_ref: providerRef, idempotency_key: idempotencyKey, created_at: createdAt,
+  }
+  const json: Payment = {
+    id, amount: payment.amount, currency: payment.currency, customer: payment.customer, description: payment.description ?? null,
+    status: 'succeeded', provider_reference: providerRef, created_at: createdAt,
+  }
+  return { row, json }
+}
+
+/** One INSERT ... RETURNING in autocommit: the bench's non-idempotent baseline route. */
+export async function insertPayment(sql: postgres.Sql<Record<string, never>> | postgres.TransactionSql<Record<string, never>>, tenant: string, payment: NewPayment, providerRef: string, idempotencyKey: string): Promise<PaymentRow> {
   const [row] = await sql<PaymentRow[]>`
     insert into payments (tenant, amount, currency, customer, description, status, provider_ref, idempotency_key)
     values (${tenant}, ${payment.amount}, ${payment.currency}, ${payment.customer}, ${payment.description ?? null}, 'succeeded', ${providerRef}, ${idempotencyKey})

@@ -7,7 +7,7 @@ import { problem, problemResponse, problems } from '../http/problem'
 import { decodeCursor, encodeCursor, isUuid } from './cursor'
 import type { Charge, PaymentProvider } from '../provider/client'
 import { CUSTOMER_MAX_LENGTH, DEFAULT_LIMIT, MAX_LIMIT, NewPayment, Payment, PaymentListQuery, PaymentPage, validateNewPayment } from './schema'
-import { insertPayment, PAYMENT_COLUMNS, paymentJson, type PaymentRow } from './insert-payment'
+import { newPayment, PAYMENT_COLUMNS, paymentJson, type PaymentRow } from './insert-payment'
 
 export const PAYMENTS_ROUTE = '/api/payments'
 /** The route templates of this API, for the metrics' `route` label (http/observe.ts). */
@@ -48,11 +48,13 @@ export function paymentsRoutes(options: PaymentsOptions) {
     // downstream key, so a re-execution gets the same charge back.
     act: ({ body, signal, idempotencyKey }) =>
       provider.charge({ amount: body.amount, currency: body.currency, customer: body.customer }, { idempotencyKey, signal }),
-    // Recording step: the payment row, committed with the key's completion.
-    async record({ body, tx, tenant, key, result: charge }) {
-      const payment = paymentJson(await insertPayment(tx, tenant, body, charge.id, key))
-      return { status: 201, headers: { location: `${PAYMENTS_ROUTE}/${payment.id}` }, body: payment }
+    // Recording step: the payment row, written with the key's completion in one statement.
+    recordRows({ body, tenant, key, result: charge }) {
+      const payment = newPayment(tenant, body, charge.id, key)
+      return { status: 201, headers: { location: `${PAYMENTS_ROUTE}/${payment.json.id}` }, body: payment.json, insert: { payments: [payment.row] } }
     },
+    // What an operator needs to find the charge at the provider, should the request be stuck.
+    summary: (body) => ({ customer: body.customer, amount: body.amount, currency: body.currency }),
   })
 
   return new Elysia({ name: 'payments' })

@@ -10,6 +10,8 @@ export const DEFAULT_LIMIT = 20
 export const MAX_LIMIT = 100
 /** A customer id: 1 to 64 characters (the payments table checks the same). */
 export const CUSTOMER_MAX_LENGTH = 64
+/** A description: up to 500 characters. */
+export const DESCRIPTION_MAX_LENGTH = 500
 
 const Amount = Type.Integer({ minimum: 1, maximum: MAX_AMOUNT, description: 'Minor units (cents), written as a whole number: no fraction, no exponent.' })
 const Currency = Type.String({ pattern: '^[A-Z]{3}$', description: 'ISO 4217 code, upper case.', examples: ['EUR'] })
@@ -21,11 +23,43 @@ export const NewPayment = Type.Object(
     amount: Amount,
     currency: Currency,
     customer: Customer,
-    description: Type.Optional(Type.String({ maxLength: 500 })),
+    description: Type.Optional(Type.String({ maxLength: DESCRIPTION_MAX_LENGTH })),
   },
   { additionalProperties: false, title: 'NewPayment' },
 )
 export type NewPayment = Static<typeof NewPayment>
+
+/**
+ * Lengths are characters (Unicode code points), as JSON Schema and
+ * PostgreSQL's length() count them; TypeBox counts UTF-16 units, so 40 emoji
+ * (80 units) failed a 64-character bound. The compiled check allows twice the
+ * units (no string of n code points has more than 2n), and `lengthErrors`
+ * then counts code points.
+ */
+const NewPaymentUnits = Type.Object(
+  {
+    amount: Amount,
+    currency: Currency,
+    customer: Type.String({ minLength: 1, maxLength: 2 * CUSTOMER_MAX_LENGTH }),
+    description: Type.Optional(Type.String({ maxLength: 2 * DESCRIPTION_MAX_LENGTH })),
+  },
+  { additionalProperties: false },
+)
+
+/** Code points of a string (lone surrogates are refused before this, by body.ts). */
+export function characters(text: string): number {
+  let count = 0
+  for (const _ of text) count++
+  return count
+}
+
+function lengthErrors(payment: NewPayment): string[] {
+  const errors: string[] = []
+  if (characters(payment.customer) > CUSTOMER_MAX_LENGTH) errors.push(`/customer: Expected string length less or equal to ${CUSTOMER_MAX_LENGTH} characters`)
+  if (payment.description !== undefined && characters(payment.description) > DESCRIPTION_MAX_LENGTH)
+    errors.push(`/description: Expected string length less or equal to ${DESCRIPTION_MAX_LENGTH} characters`)
+  return errors
+}
 
 const UUID_PATTERN = '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
 
@@ -62,12 +96,15 @@ export const PaymentListQuery = {
 } as const
 
 // Compiled once: TypeBox's checker is a generated function, ~50x faster than interpreting the schema.
-const check = TypeCompiler.Compile(NewPayment)
+const check = TypeCompiler.Compile(NewPaymentUnits)
 
 /** `text` is the body as sent: an amount written `12.0` or `1e3` is not an integer, whatever it parses to. */
 export function validateNewPayment(body: unknown, text?: string): Validation<NewPayment> {
   if (text !== undefined && !integerLiteralsOnly(text)) return { ok: false, errors: ['/amount: must be written as a whole number (no fraction, no exponent)'] }
-  if (check.Check(body)) return { ok: true, value: body }
+  if (check.Check(body)) {
+    const errors = lengthErrors(body)
+    return errors.length === 0 ? { ok: true, value: body } : { ok: false, errors }
+  }
   const errors = [...check.Errors(body)].slice(0, 10).map((error) => `${error.path || '/'}: ${error.message}`)
   return { ok: false, errors }
 }

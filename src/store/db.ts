@@ -136,6 +136,13 @@ function connect(url: string, max: number, applicationName: string, pgbouncer: b
     idle_timeout: 60,
     max_lifetime: 30 * 60,
     keep_alive: KEEPALIVE_IDLE_SECONDS,
+    // No type query on connect: postgres.js 3.4.9 runs it from a promise
+    // nobody handles (connection.js fetchArrayTypes), so a connection
+    // terminated or reset while it ran rejected unhandled, and Bun exited
+    // with every request of the process (porsager/postgres#279). We bind no
+    // arrays through the driver (core/pg-array.ts), and never reserve()
+    // (it hangs on a new connection without the type query: #751).
+    fetch_types: false,
     onnotice: () => undefined,
     // bigint (lease) stays a string: exact, and JSON-safe.
     connection: pgbouncer ? { application_name: applicationName } : { application_name: applicationName, ...SESSION_SETTINGS },

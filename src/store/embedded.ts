@@ -314,7 +314,7 @@ function runningPostmaster(dir: string): number | undefined {
 async function waitUntilReady(url: string, pid: number, dir: string): Promise<void> {
   const deadline = Date.now() + START_TIMEOUT_MS
   while (Date.now() < deadline) {
-    const sql = postgres(url, { max: 1, connect_timeout: 2, onnotice: () => undefined })
+    const sql = postgres(url, { max: 1, connect_timeout: 2, fetch_types: false, onnotice: () => undefined })
     try {
       await sql`select 1`
       return

@@ -83,6 +83,7 @@ export class DatabaseHealth {
       connect_timeout: CONNECT_TIMEOUT_SECONDS,
       backoff: reconnectBackoff,
       idle_timeout: 0,
+      fetch_types: false,
       onnotice: () => undefined,
       // PgBouncer refuses startup parameters; the probe's age bounds it anyway.
       // A commit waiting for its standby is not ended by statement_timeout (PostgreSQL turns it off to commit).

@@ -20,7 +20,7 @@ const MIGRATION_LOCK_ID = 7_246_013_917
  */
 export async function migrate(url: string, dir = MIGRATIONS_DIR): Promise<{ applied: number; version: number }> {
   const known = readdirSync(dir).filter((file) => /^\d{5}_.*\.sql$/.test(file)).length
-  const sql = postgres(url, { max: 1, onnotice: () => undefined, connect_timeout: 10 })
+  const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10 })
   try {
     await sql`select pg_advisory_lock(${MIGRATION_LOCK_ID})`
     const before = await currentVersion(sql)
@@ -52,7 +52,7 @@ async function currentVersion(sql: postgres.Sql): Promise<number> {
  */
 export async function checkSchema(url: string, options: { prepare?: boolean } = {}, dir = MIGRATIONS_DIR): Promise<number> {
   const known = readdirSync(dir).filter((file) => /^\d{5}_.*\.sql$/.test(file)).length
-  const sql = postgres(url, { max: 1, onnotice: () => undefined, connect_timeout: 10, prepare: options.prepare ?? true })
+  const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10, prepare: options.prepare ?? true })
   try {
     const version = await currentVersion(sql)
     if (version < known)

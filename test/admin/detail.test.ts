@@ -1,5 +1,6 @@
 /** One key's page and its confirmation: what an operator sees before clearing a key, and what clearing it does. */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { newLeaseId } from '../../src/core/lease-id'
 import { downstreamKey } from '../../src/core/downstream-key'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { api, decode, getPage, keyInProcessing, postForm, signIn, startAdmin, stuckKey, type AdminServer, type Signed } from './support'
@@ -76,7 +77,7 @@ describe('a key whose worker is alive', () => {
 
   test('a confirmation for a lease that moved on says so and offers no button', async () => {
     const lease = await stuckKey(db.sql, 'acme', 'moved-on', 600)
-    await db.sql`update idempotency_keys set lease = nextval('idempotency_lease_seq') where tenant = 'acme' and key = 'moved-on'`
+    await db.sql`update idempotency_keys set lease = ${newLeaseId()}::bigint where tenant = 'acme' and key = 'moved-on'`
     const confirm = await page(`/admin/confirm/expire?tenant=acme&key=moved-on&lease=${lease}`)
     expect(text(confirm.html)).toContain('The key changed since you looked')
     expect(confirm.html).not.toContain('action="/admin/keys/expire"')

@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { claim } from '../../src/core/claim'
 import { complete } from '../../src/core/complete'
+import { fingerprint } from '../../src/core/fingerprint'
 import { LeaseLostError } from '../../src/core/errors'
 import { PROCESS_ALIVE_SECONDS } from '../../src/core/processes'
 import { reclaim } from '../../src/core/reclaim'
@@ -108,13 +109,15 @@ describe('against a live worker (real server, a provider call held open by the t
     expect(audit[1]!.actor).toBe('admin:alice')
   }, 20_000)
 
-  test('a dead worker\'s key is expired from the page, and the client\'s retry then runs afresh', async () => {
+  test('a dead worker\'s key is expired from the page, and the client\'s retry then runs afresh; another body stays refused', async () => {
     const key = `dead-${crypto.randomUUID()}`
-    const lease = await stuckKey(db.sql, 'acme', key, 120)
+    const lease = await stuckKey(db.sql, 'acme', key, 120, '/api/payments', fingerprint('POST', '/api/payments', payment()))
     const admin = await signIn(server.url)
     const response = await postForm(server.url, '/admin/keys/expire', { csrf: admin.csrf, tenant: 'acme', key, lease }, { cookie: admin.cookie })
     expect(response.status).toBe(303)
     expect(await keyInProcessing(db.sql, 'acme', key)).toBe(false)
+    // The released key stays bound to its request: an edited body would be a second charge.
+    expect((await postPayment(server.url, payment({ description: 'edited' }), { key })).status).toBe(422)
     const retry = await postPayment(server.url, payment(), { key })
     expect(retry.status).toBe(201)
   }, 20_000)

@@ -68,10 +68,10 @@ export async function getPage(baseUrl: string, path: string, signed: Signed): Pr
 }
 
 /** Inserts a processing key as a dead worker leaves it: no owner, locked `ageSeconds` ago. */
-export async function stuckKey(sql: postgres.Sql, tenant: string, key: string, ageSeconds = 3600, path = '/api/payments'): Promise<string> {
+export async function stuckKey(sql: postgres.Sql, tenant: string, key: string, ageSeconds = 3600, path = '/api/payments', fingerprint = 'a'.repeat(64)): Promise<string> {
   const [row] = await sql<{ lease: string }[]>`
     insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at)
-    values (${tenant}, ${key}, 'POST', ${path}, ${'a'.repeat(64)}, 'processing',
+    values (${tenant}, ${key}, 'POST', ${path}, ${fingerprint}, 'processing',
             now() - make_interval(secs => ${ageSeconds}), now() - make_interval(secs => ${ageSeconds}))
     returning lease`
   return row!.lease

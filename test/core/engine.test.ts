@@ -173,7 +173,7 @@ describe('completion', () => {
     const start = new Date()
     const lease = leaseOf(await claim(db.pools.short, id, timing(start)))
     // Past its TTL the key may be force-expired whatever its owner does.
-    const result = await forceExpire(db.pools.short, { tenant: id.tenant, key: id.key, lease: lease.lease }, 'test', { ttlSeconds: TTL, now: secondsAfter(start, TTL + 1) })
+    const result = await forceExpire(db.pools.short, { tenant: id.tenant, key: id.key, lease: lease.lease }, 'test', { now: secondsAfter(start, TTL + 1) })
     expect(result.outcome).toBe('expired')
     await expect(finish(lease)).rejects.toBeInstanceOf(LeaseLostError)
     expect(await sideEffects(id.key)).toBe(0)
@@ -245,13 +245,17 @@ describe('release', () => {
     expect(await sideEffects(id.key)).toBe(1)
   })
 
-  test('another request under a released key is a new request (new request id), not a mismatch', async () => {
+  // Catches: a released key rebound to whatever body comes next (a new request id, so a new downstream key: a second charge).
+  test('another request under a released key is a mismatch within the retention, and a new request only past it', async () => {
     const id = identity({ body: { amount: 1 } })
     const first = leaseOf(await claim(db.pools.short, id, timing()))
     await release(db.pools.short, first)
-    const other = leaseOf(await claim(db.pools.short, { ...id, fingerprint: identity({ body: { amount: 2 } }).fingerprint }, timing()))
-    expect(other.requestId).not.toBe(first.requestId)
-    expect(other.attempts).toBe(1)
+    const other = { ...id, fingerprint: identity({ body: { amount: 2 } }).fingerprint }
+    expect(await claim(db.pools.short, other, timing())).toEqual({ kind: 'mismatch', status: 'released' })
+    const [row] = await db.sql<{ released_at: Date }[]>`select released_at from idempotency_keys where tenant = ${id.tenant} and key = ${id.key}`
+    const renewed = leaseOf(await claim(db.pools.short, other, timing(secondsAfter(row!.released_at, RETENTION + 1))))
+    expect(renewed.requestId).not.toBe(first.requestId)
+    expect(renewed.attempts).toBe(1)
   })
 
   // Catches: an unconditional release (one that ignores the lease).
@@ -288,7 +292,7 @@ describe('downstream key', () => {
     await release(db.pools.short, first)
     const second = leaseOf(await claim(db.pools.short, id, timing(start)))
     const third = leaseOf(await claim(db.pools.short, id, timing(secondsAfter(start, TTL + 1))))
-    await forceExpire(db.pools.short, { tenant: id.tenant, key: id.key, lease: third.lease }, 'test', { ttlSeconds: TTL, now: secondsAfter(start, 3 * TTL) })
+    await forceExpire(db.pools.short, { tenant: id.tenant, key: id.key, lease: third.lease }, 'test', { now: secondsAfter(start, 3 * TTL) })
     const fourth = leaseOf(await claim(db.pools.short, id, timing(secondsAfter(start, 3 * TTL))))
     const keys = new Set([first, second, third, fourth].map(downstreamKey))
     expect(new Set([first, second, third, fourth].map((lease) => lease.lease)).size).toBe(4)

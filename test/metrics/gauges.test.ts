@@ -90,7 +90,7 @@ test('a database that does not answer in time: the scrape answers with the last 
   const blocker = await db.sql.reserve()
   try {
     await blocker`begin`
-    await blocker`lock table idempotency_keys in access exclusive mode`
+    await blocker`lock table idempotency_keys, idempotency_processing in access exclusive mode`
     const text = await scrape(g)
     expect(sample(text, 'idempotency_gauges_refresh_failed', { query: 'processing' })).toBe(1)
     expect(sample(text, 'idempotency_gauges_refresh_failed', { query: 'duplicates' })).toBe(1)

@@ -25,7 +25,7 @@ try {
   console.log(`seeded ${DONE} done + 200 processing keys in ${((performance.now() - started) / 1000).toFixed(1)} s (table with indexes: ${size})`)
 
   const explain = async (label: string) => {
-    for (const [sql, params] of [[PROCESSING_GAUGES_SQL, processingGaugeParameters(30)], [DUPLICATES_SQL, duplicatesParameters(DUPLICATE_WINDOW_SECONDS)]] as const) {
+    for (const [sql, params] of [[PROCESSING_GAUGES_SQL, processingGaugeParameters()], [DUPLICATES_SQL, duplicatesParameters(DUPLICATE_WINDOW_SECONDS, 30)]] as const) {
       // as gauges.ts runs them: the duplicates query with its own work_mem
       const rows = await db.sql.begin(async (tx) => {
         await tx`select set_config('work_mem', '32MB', true)`

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { readFileSync } from 'node:fs'
-import { cutoffText, deadlineOf, expired, forceExpirable, isExpiredAge, isStaleAge, releasedExpired, stale, type CutoffName } from '../../src/core/policy'
+import { cutoffText, expired, forceExpirable, isExpiredAge, releasedExpired, stale } from '../../src/core/policy'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { createKey, identity, secondsAfter } from '../support/keys'
 
@@ -20,32 +20,38 @@ beforeAll(async () => {
 })
 afterAll(() => db?.drop())
 
-async function judge(name: CutoffName, tenant: string, key: string, at: Date, seconds: number) {
+type Judged = 'stale' | 'expired' | 'releasedExpired'
+
+async function judge(name: Judged, tenant: string, key: string, at: Date, seconds: number) {
   const sql = db.pools.short
-  const fragment = { stale, expired, releasedExpired }[name]
+  const fragment = name === 'stale' ? stale(sql, at) : { expired, releasedExpired }[name](sql, at, seconds)
   const [byFragment] = await sql<{ hit: boolean; age: number }[]>`
-    select ${fragment(sql, at, seconds)} as hit,
+    select ${fragment} as hit,
            extract(epoch from (${at}::timestamptz - coalesce(k.completed_at, k.released_at, k.locked_at)))::float8 as age
       from idempotency_keys k where k.tenant = ${tenant} and k.key = ${key}`
   const [byText] = await sql.unsafe<{ hit: boolean }[]>(
-    `select ${cutoffText(name, '$1::timestamptz', '$2::float8')} as hit from idempotency_keys k where k.tenant = $3 and k.key = $4`, [at, seconds, tenant, key])
+    `select ${cutoffText(name, '$1::timestamptz', '$2::float8')} as hit, $2::float8 as seconds from idempotency_keys k where k.tenant = $3 and k.key = $4`, [at, seconds, tenant, key])
   expect(byText!.hit).toBe(byFragment!.hit)
   return byFragment!
 }
 
 describe('cut-offs at their boundaries', () => {
-  test('stale: a processing key is stale from exactly its TTL on; a done key never', async () => {
+  test('stale: a processing key is stale from exactly its own deadline (stale_at) on; a done key never', async () => {
     const id = identity({ tenant: 'pol-stale' })
     await createKey(db.sql, id, { status: 'processing', lockedAt: T0 })
+    // A hand-written row gets the default TTL (sql/00006's trigger); the engine writes its route's.
+    const [row] = await db.sql<{ stale_at: Date }[]>`select stale_at from idempotency_keys where tenant = ${id.tenant} and key = ${id.key}`
+    expect(row!.stale_at).toEqual(secondsAfter(T0, TTL))
     for (const [offset, want] of [[TTL - 0.001, false], [TTL, true], [TTL + 60, true]] as const) {
-      const { hit, age } = await judge('stale', id.tenant, id.key, secondsAfter(T0, offset), TTL)
+      const { hit } = await judge('stale', id.tenant, id.key, secondsAfter(T0, offset), TTL)
       expect({ offset, hit }).toEqual({ offset, hit: want })
-      expect(isStaleAge(age, TTL)).toBe(want) // claim.ts decides on the age with the same boundary
     }
+    // Another TTL on the row is that row's deadline: no setting decides it.
+    await db.sql`update idempotency_keys set stale_at = ${secondsAfter(T0, 5)} where tenant = ${id.tenant} and key = ${id.key}`
+    expect((await judge('stale', id.tenant, id.key, secondsAfter(T0, 5), TTL)).hit).toBe(true)
     const done = identity({ tenant: 'pol-stale' })
     await createKey(db.sql, done, { status: 'done', lockedAt: T0, completedAt: T0 })
     expect((await judge('stale', done.tenant, done.key, secondsAfter(T0, 10 * TTL), TTL)).hit).toBe(false)
-    expect(deadlineOf(T0, TTL)).toEqual(secondsAfter(T0, TTL))
   })
 
   test('expired: a done key leaves its retention counted from its completion, not its claim', async () => {
@@ -79,7 +85,7 @@ describe('force-expirable', () => {
       await db.sql`update idempotency_keys set owner = ${owner} where tenant = ${id.tenant} and key = ${id.key}`
     }
     const sql = db.pools.short
-    const [row] = await sql<{ hit: boolean }[]>`select ${forceExpirable(sql, at, TTL)} as hit from idempotency_keys k where k.tenant = ${id.tenant} and k.key = ${id.key}`
+    const [row] = await sql<{ hit: boolean }[]>`select ${forceExpirable(sql, at)} as hit from idempotency_keys k where k.tenant = ${id.tenant} and k.key = ${id.key}`
     return row!.hit
   }
 
@@ -103,7 +109,7 @@ describe('one home', () => {
     for (const file of files) {
       if (file === 'src/core/policy.ts') continue
       const text = read(file)
-      if (/(locked_at|completed_at|released_at)\s*<=/.test(text)) offenders.push(`${file}: a cut-off comparison`)
+      if (/(locked_at|completed_at|released_at|stale_at)\s*<=/.test(text)) offenders.push(`${file}: a cut-off comparison`)
       // make_interval(secs => ...) is how a cut-off is written; the liveness window (processes.ts, re-exported by the
       // policy) and the duplicates gauge's window (not a key lifecycle rule) are the only others.
       if (/make_interval\(secs/.test(text) && file !== 'src/core/processes.ts' && file !== 'src/metrics/read-duplicates.ts') offenders.push(`${file}: make_interval`)

@@ -1,0 +1,184 @@
+/**
+ * Batched claims and declarative completions (core/batcher.ts): many
+ * requests share a statement, and each still gets its own outcome. A
+ * member's lost lease or bad row fails that member only; a connection lost
+ * under a batch fails every member it carried and leaves each key in
+ * processing, to be released or reclaimed, never half-written.
+ */
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { claim, claimStats } from '../../src/core/claim'
+import { completeRows, completionStats } from '../../src/core/complete-rows'
+import { DatabaseUnavailableError, LeaseLostError } from '../../src/core/errors'
+import { reclaim } from '../../src/core/reclaim'
+import type { Lease } from '../../src/core/types'
+import { newPayment } from '../../src/payments/insert-payment'
+import { openPools, type Pools } from '../../src/store/db'
+import { createTestDatabase, type TestDatabase } from '../support/db'
+import { identity, secondsAfter } from '../support/keys'
+import { waitFor } from '../support/wait'
+
+const timing = { ttlSeconds: 30, retentionSeconds: 3600 }
+
+let db: TestDatabase
+beforeAll(async () => { db = await createTestDatabase('batching') })
+afterAll(async () => { await db?.drop() })
+
+async function claimed(tenant = 'acme'): Promise<Lease> {
+  const result = await claim(db.pools.short, identity({ tenant }), timing)
+  if (result.kind !== 'created') throw new Error(`unexpected claim: ${result.kind}`)
+  return result.lease
+}
+
+function paymentFor(lease: Lease, overrides: { currency?: string } = {}) {
+  const payment = newPayment(lease.tenant, { amount: 100, currency: overrides.currency ?? 'EUR', customer: 'cus_b' }, `ch_${lease.lease}`, lease.key)
+  const response = { status: 201, headers: { 'content-type': 'application/json' }, body: JSON.stringify(payment.json) }
+  return { response, insert: { payments: [payment.row] } }
+}
+
+const complete = (pools: Pools, lease: Lease, overrides: { currency?: string } = {}) => {
+  const { response, insert } = paymentFor(lease, overrides)
+  return completeRows(pools.work, lease, response, insert)
+}
+
+const payments = async (keys: readonly string[]) =>
+  (await db.sql<{ n: number }[]>`select count(*)::int as n from payments where idempotency_key in ${db.sql(keys as string[])}`)[0]!.n
+const statusOf = async (key: string) => (await db.sql<{ status: string }[]>`select status from idempotency_keys where key = ${key}`)[0]!.status
+const listed = async (keys: readonly string[]) =>
+  (await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_processing where key in ${db.sql(keys as string[])}`)[0]!.n
+
+describe('claims', () => {
+  // Catches: one statement per claim (no batching), or a batch that hands rows to the wrong member.
+  test('64 concurrent claims of distinct keys share statements, and each gets its own key', async () => {
+    const before = claimStats(db.pools.short)
+    const ids = Array.from({ length: 64 }, () => identity())
+    const results = await Promise.all(ids.map((id) => claim(db.pools.short, id, timing)))
+    const after = claimStats(db.pools.short)
+    expect(results.every((result) => result.kind === 'created')).toBe(true)
+    expect(results.map((result) => (result.kind === 'created' ? result.lease.key : ''))).toEqual(ids.map((id) => id.key))
+    expect(after.members - before.members).toBe(64)
+    expect(after.statements - before.statements).toBeLessThan(64)
+    expect(await listed(ids.map((id) => id.key))).toBe(64)
+  })
+
+  // Catches: a batch inserting one key twice, or members of one key all told they created it.
+  test('the same key many times in one batch: one claim, the same request is in progress, another body a mismatch', async () => {
+    const id = identity()
+    const other = { ...id, fingerprint: identity({ body: { amount: 2 } }).fingerprint }
+    const results = await Promise.all([
+      ...Array.from({ length: 20 }, () => claim(db.pools.short, id, timing)),
+      ...Array.from({ length: 5 }, () => claim(db.pools.short, other, timing)),
+    ])
+    const kinds = results.map((result) => result.kind)
+    expect(kinds.filter((kind) => kind === 'created')).toHaveLength(1)
+    const created = results.findIndex((result) => result.kind === 'created')
+    const sameAsWinner = created < 20 ? kinds.slice(0, 20) : kinds.slice(20)
+    expect(sameAsWinner.filter((kind) => kind === 'in_progress')).toHaveLength(sameAsWinner.length - 1)
+    expect((created < 20 ? kinds.slice(20) : kinds.slice(0, 20)).every((kind) => kind === 'mismatch')).toBe(true)
+  })
+})
+
+describe('declarative completions', () => {
+  // Catches: a batch that commits a fenced-off member's rows, or fails all members for one lost lease.
+  test('a batch in which one lease was lost commits the others and fails only that one', async () => {
+    const leases = await Promise.all(Array.from({ length: 12 }, () => claimed()))
+    const lost = leases[5]!
+    // A retry took key 5 over (its worker stopped at the deadline): the old lease is fenced.
+    const taken = await reclaim(db.pools.short, lost, { ...timing, now: secondsAfter(new Date(), 31) })
+    expect(taken).not.toBeNull()
+    const before = completionStats(db.pools.work)
+    const outcomes = await Promise.allSettled(leases.map((lease) => complete(db.pools, lease)))
+    expect(completionStats(db.pools.work).statements - before.statements).toBeLessThan(leases.length)
+    outcomes.forEach((outcome, i) => {
+      if (i === 5) expect(outcome.status === 'rejected' && outcome.reason instanceof LeaseLostError).toBe(true)
+      else expect(outcome.status).toBe('fulfilled')
+    })
+    expect(await payments(leases.map((lease) => lease.key))).toBe(11)
+    expect(await payments([lost.key])).toBe(0)
+    expect(await statusOf(lost.key)).toBe('processing') // the new owner's
+    expect(await listed(leases.map((lease) => lease.key))).toBe(1) // only the new owner's entry is left
+  })
+
+  // Catches: a batch failing every member for one member's bad row (no member-by-member retry).
+  test('a member whose row breaks a CHECK fails alone; the others commit', async () => {
+    const leases = await Promise.all(Array.from({ length: 8 }, () => claimed()))
+    const outcomes = await Promise.allSettled(leases.map((lease, i) => complete(db.pools, lease, i === 3 ? { currency: 'eur' } : {})))
+    expect(outcomes.map((outcome) => outcome.status)).toEqual(leases.map((_, i) => (i === 3 ? 'rejected' : 'fulfilled')))
+    expect(await payments(leases.map((lease) => lease.key))).toBe(7)
+    expect(await statusOf(leases[3]!.key)).toBe('processing') // nothing half-written: the caller releases it
+  })
+
+  // Catches: a lost connection answered as a lease loss (the request would say 409 and keep the key), or rows without their key.
+  test('a batch cut by a terminated connection fails every member as unavailable and writes nothing', async () => {
+    const pools = openPools(db.url, { applicationName: 'batch-cut', shortMax: 2, workMax: 1 })
+    try {
+      const leases = await Promise.all(Array.from({ length: 6 }, () => claimed()))
+      const blocker = await db.sql.reserve()
+      await blocker`begin`
+      await blocker`lock table payments in access exclusive mode`
+      const outcomes = Promise.allSettled(leases.map((lease) => complete(pools, lease)))
+      await waitFor(async () => (await db.sql`
+        select 1 from pg_stat_activity where datname = current_database() and application_name = 'batch-cut:work' and wait_event_type = 'Lock'`).length > 0,
+      'the completing statement to wait on the lock')
+      const [{ n }] = await db.sql<{ n: number }[]>`
+        select count(pg_terminate_backend(pid))::int as n from pg_stat_activity
+         where datname = current_database() and application_name = 'batch-cut:work'` as unknown as [{ n: number }]
+      expect(n).toBe(1)
+      await blocker`rollback`
+      blocker.release()
+      // The statement on the killed connection fails every member it carried;
+      // a later batch, on a new connection, may commit. Nothing is half-written either way.
+      const settled = await outcomes
+      expect(settled.filter((outcome) => outcome.status === 'rejected').length).toBeGreaterThan(0)
+      for (const [i, outcome] of settled.entries()) {
+        const lease = leases[i]!
+        if (outcome.status === 'rejected') {
+          expect(outcome.reason).toBeInstanceOf(DatabaseUnavailableError)
+          expect({ status: await statusOf(lease.key), payments: await payments([lease.key]), listed: await listed([lease.key]) }).toEqual({ status: 'processing', payments: 0, listed: 1 })
+        } else {
+          expect({ status: await statusOf(lease.key), payments: await payments([lease.key]), listed: await listed([lease.key]) }).toEqual({ status: 'done', payments: 1, listed: 0 })
+        }
+      }
+      // And the pool is usable again at once.
+      const again = await claimed()
+      await complete(pools, again)
+      expect(await payments([again.key])).toBe(1)
+    } finally {
+      await pools.close(1)
+    }
+  })
+})
+
+describe('completions are heap-only updates', () => {
+  // Catches: an index on a column a completion changes (status, completed_at, stale_at...), or a fillfactor without room.
+  test('at least 90 % of 600 completions are HOT, and none leaves an entry in the keys table\'s indexes', async () => {
+    const fresh = await createTestDatabase('hot')
+    const pools = openPools(fresh.url, { applicationName: 'hot', shortMax: 4, workMax: 4 })
+    try {
+      let next = 0
+      const worker = async () => {
+        while (next < 600) {
+          next++
+          const result = await claim(pools.short, identity(), timing)
+          if (result.kind !== 'created') throw new Error(result.kind)
+          const { response, insert } = paymentFor(result.lease)
+          await completeRows(pools.work, result.lease, response, insert)
+        }
+      }
+      await Promise.all(Array.from({ length: 32 }, worker))
+      await pools.close(1) // the backends report their counts as they exit
+      let stats = { upd: 0, hot: 0 }
+      await waitFor(async () => {
+        const [row] = await fresh.sql<{ upd: number; hot: number }[]>`
+          select n_tup_upd::int as upd, n_tup_hot_upd::int as hot from pg_stat_user_tables where relname = 'idempotency_keys'`
+        stats = row!
+        return stats.upd >= 600
+      }, () => `the statistics to show 600 updates (${stats.upd})`)
+      expect(stats.hot / stats.upd).toBeGreaterThanOrEqual(0.9)
+      const [indexes] = await fresh.sql<{ names: string }[]>`
+        select string_agg(indexrelname::text, ',' order by indexrelname) as names from pg_stat_user_indexes where relname = 'idempotency_keys'`
+      expect(indexes!.names).toBe('idempotency_keys_created_at,idempotency_keys_pkey')
+    } finally {
+      await fresh.drop()
+    }
+  }, 60_000)
+})
