@@ -2,9 +2,11 @@
  * The properties the capacity model in docs/scaling.md rests on (its figures
  * are measured by `npm run bench:scale`, not asserted):
  *
- * - a fresh payment takes two transaction ids (the claim, the completion) and
- *   nothing more: transaction-id use, and with it anti-wraparound vacuum, is
- *   2 × payments (an extra write per request would show as a third);
+ * - a fresh payment takes at most two transaction ids (the claim, the
+ *   completion; fewer when concurrent claims and completions share a batched
+ *   statement) and nothing more: transaction-id use, and with it
+ *   anti-wraparound vacuum, is at most 2 × payments (an extra write per
+ *   request would show as a third);
  * - a replay and a 409 write nothing: no transaction id, no WAL (a claim that
  *   upserted, or touched the row, would show here);
  * - one instance opens at most 17 connections (short 8, work 8, health 1),
@@ -75,7 +77,7 @@ describe.skipIf(skip !== undefined)('capacity properties (one instance, a privat
     return { statuses, xids: Number(after.xid - before.xid), wal, seconds: (performance.now() - started) / 1000 }
   }
 
-  test('a fresh payment takes two transaction ids; a replay and a 409 take none and write no WAL; one instance holds at most 17 connections', async () => {
+  test('a fresh payment takes at most two transaction ids; a replay and a 409 take none and write no WAL; one instance holds at most 17 connections', async () => {
     const run = crypto.randomUUID().slice(0, 8)
     const body = (i: number): PaymentRequest => ({ amount: 100 + i, currency: 'EUR', customer: `cus_cap_${run}` })
     await Promise.all(Array.from({ length: 50 }, (_, i) => post(service.url, `cap-warm-${run}-${i}`, body(i))))
@@ -112,7 +114,6 @@ describe.skipIf(skip !== undefined)('capacity properties (one instance, a privat
     expect(fresh.statuses).toEqual({ '201': REQUESTS })
     expect(replay.statuses).toEqual({ '201 replay': REQUESTS })
     expect(conflict.statuses).toEqual({ '409': REQUESTS })
-    expect(fresh.xids).toBeGreaterThanOrEqual(2 * REQUESTS)
     expect(fresh.xids).toBeLessThanOrEqual(2 * REQUESTS + background(fresh.seconds))
     expect(replay.xids).toBeLessThanOrEqual(background(replay.seconds))
     expect(conflict.xids).toBeLessThanOrEqual(background(conflict.seconds))

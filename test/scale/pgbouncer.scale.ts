@@ -21,6 +21,9 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import postgres from 'postgres'
+import { claim } from '../../src/core/claim'
+import { complete } from '../../src/core/complete'
+import { LeaseLostError } from '../../src/core/errors'
 import { missingSessionSettings, sessionSettingsSql, STATEMENT_TIMEOUT_MS } from '../../src/store/db'
 import { createDatabase, type OwnDatabase } from './support/database'
 import { PgBouncer } from './support/pgbouncer'
@@ -285,7 +288,7 @@ describe.skipIf(skip !== undefined)('through PgBouncer in transaction mode', () 
     await held.stop()
   }, 120_000)
 
-  test('a lease lost in the middle of the completion\'s pipeline (pgbouncer issue 759\'s pattern): 409, its payment rolled back, the one server connection clean for the next client', async () => {
+  test('a lease lost while the completion waits inside its statement: 409, its payment not written, the one server connection clean for the next client', async () => {
     // One server connection: the fence's error and the pipelined COMMIT travel
     // it, and the next client's transaction is served on the very same one.
     const one = await PgBouncer.start({ host: db.host, port: db.port, database: db.name, poolSize: 1 })
@@ -304,17 +307,17 @@ describe.skipIf(skip !== undefined)('through PgBouncer in transaction mode', () 
     try {
       for (let i = 0; i < ROUNDS; i++) {
         const key = `pgb-759-${run}-${i}`
-        // The barrier: the worker's payment INSERT, inside its completing transaction, waits on this lock.
+        // The barrier: the worker's completion (the payment INSERT with the key's fence) waits on this lock.
         await direct`begin`
         await direct`lock table payments in share mode`
         const answer = post(instance.url, key, body(i, 'lost'))
-        await waitFor(`${key}'s completion waiting inside its pipeline`, async () => {
+        await waitFor(`${key}'s completion waiting on the barrier`, async () => {
           const [row] = await sql<{ n: number }[]>`
             select count(*)::int as n from pg_stat_activity
-             where datname = ${db.name} and wait_event_type = 'Lock' and query ilike '%insert into payments%'`
+             where datname = ${db.name} and wait_event_type = 'Lock' and query ilike '%payments%'`
           return row!.n === 1
         }, 30_000, 5)
-        // Now the claim is taken over (a reclaim, a force-expire): the fence behind the INSERT will fail.
+        // Now the claim is taken over (a reclaim, a force-expire): the completion's fence must miss it.
         const [taken] = await direct<{ n: number }[]>`
           with t as (update idempotency_keys set lease = case when lease < 9223372036854775807 then lease + 1 else lease - 1 end, locked_at = now()
                       where tenant = ${TENANT} and key = ${key} and status = 'processing' returning 1)
@@ -338,11 +341,11 @@ describe.skipIf(skip !== undefined)('through PgBouncer in transaction mode', () 
     const [{ aborted }] = await sql<{ aborted: number }[]>`
       select count(*)::int as aborted from pg_stat_activity where datname = ${db.name} and state like 'idle in transaction%'` as unknown as [{ aborted: number }]
     const after = await serverConnection()
-    report('pgbouncer lease lost mid-pipeline', {
+    report('pgbouncer lease lost while the completion waits', {
       rounds: ROUNDS, 'payments of the lost leases': payments, 'sessions left in a transaction': aborted,
       'server connection': connection === after ? 'the same one throughout' : `${connection} -> ${after}`,
     })
-    expect(payments).toBe(0) // rolled back with the fence
+    expect(payments).toBe(0) // fenced: not written
     expect(aborted).toBe(0)
     expect(after).toBe(connection) // PgBouncer kept it: it came back clean, never closed as unclean
     // Their retries, once the taken-over claim is stale, are paid once and charged once (same request, same downstream key).
@@ -356,6 +359,56 @@ describe.skipIf(skip !== undefined)('through PgBouncer in transaction mode', () 
     await instance.kill()
     await one.stop()
   }, 180_000)
+
+  test('the transactional completion through PgBouncer, its lease lost half-way (pgbouncer issue 759\'s pattern: an error inside a transaction while other clients\' statements are pipelined on the same server connection): rolled back, every other client answered its own result', async () => {
+    // One server connection for everyone: the failed transaction's ROLLBACK
+    // and the other clients' pipelined statements all travel it.
+    const one = await PgBouncer.start({ host: db.host, port: db.port, database: db.name, poolSize: 1 })
+    const options = { max: 4, prepare: false, fetch_types: false, onnotice: () => undefined }
+    const pool = postgres(one.url(), options) as unknown as postgres.Sql<Record<string, never>>
+    const others = postgres(one.url(), options)
+    await sql`create table if not exists pgb_side_effects (key text not null, lease text not null)`
+    const ROUNDS = 10
+    const outcomes: string[] = []
+    let echoed = 0
+    let wrong = 0
+    try {
+      for (let i = 0; i < ROUNDS; i++) {
+        const id = { tenant: TENANT, key: `pgb-tx-${crypto.randomUUID()}`, method: 'POST', path: '/api/payments', fingerprint: 'b'.repeat(64) }
+        const claimed = await claim(pool, id, { ttlSeconds: 30, retentionSeconds: 86_400 })
+        if (claimed.kind !== 'created') throw new Error(`claim: ${claimed.kind}`)
+        // Other clients' statements, queued on their connections while the completion runs.
+        const traffic = Array.from({ length: 8 }, (_, j) => others<{ echo: string }[]>`select ${`${i}:${j}`}::text as echo`
+          .then(([row]) => { if (row?.echo === `${i}:${j}`) echoed++; else wrong++ }))
+        const outcome = await complete(pool, claimed.lease, async (tx) => {
+          await tx`insert into pgb_side_effects (key, lease) values (${id.key}, ${claimed.lease.lease})`
+          // Taken over half-way (straight to PostgreSQL, as a reclaim would): the fence will miss.
+          await sql`update idempotency_keys set lease = ${claimed.lease.lease}::bigint + 1 where tenant = ${id.tenant} and key = ${id.key}`
+          return { status: 201, headers: {}, body: '{}' }
+        }).then(() => 'committed', (error: unknown) => (error instanceof LeaseLostError ? 'lease-lost' : String(error)))
+        outcomes.push(outcome)
+        await Promise.all(traffic)
+      }
+      const [{ written }] = await sql<{ written: number }[]>`select count(*)::int as written from pgb_side_effects` as unknown as [{ written: number }]
+      const [{ open }] = await sql<{ open: number }[]>`
+        select count(*)::int as open from pg_stat_activity where datname = ${db.name} and state like 'idle in transaction%'` as unknown as [{ open: number }]
+      // The next transaction on that server connection is a clean one.
+      const after = await pool.begin(async (tx) => (await tx<{ xid: string | null }[]>`select pg_current_xact_id_if_assigned()::text as xid`)[0]!.xid)
+      report('pgbouncer transactional completion, lease lost half-way', {
+        rounds: ROUNDS, outcomes: JSON.stringify(Object.fromEntries([...new Set(outcomes)].map((o) => [o, outcomes.filter((x) => x === o).length]))),
+        'rows written by them': written, 'other clients answered their own result': `${echoed} of ${echoed + wrong}`, 'sessions left in a transaction': open,
+      })
+      expect(outcomes).toEqual(Array(ROUNDS).fill('lease-lost'))
+      expect(written).toBe(0)
+      expect(wrong).toBe(0)
+      expect(echoed).toBe(ROUNDS * 8)
+      expect(open).toBe(0)
+      expect(after).toBeNull()
+    } finally {
+      await Promise.all([pool.end({ timeout: 1 }), others.end({ timeout: 1 })])
+      await one.stop()
+    }
+  }, 120_000)
 
   test('npm run migrate refuses the PgBouncer URL (without DATABASE_PGBOUNCER=1 too), as the service does', async () => {
     const proc = Bun.spawn([process.execPath, 'src/store/migrate-cli.ts'], { env: { ...process.env, DATABASE_URL: bouncer.url(), DATABASE_PGBOUNCER: '' }, stdout: 'pipe', stderr: 'pipe' })
