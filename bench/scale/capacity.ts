@@ -32,9 +32,14 @@ interface Counters {
   xid: string
   keys: TableStats
   payments: TableStats
+  /** The list of keys in processing (sql/00006), when the schema has it. */
+  processing: TableStats
 }
 
-interface TableStats { ins: number; upd: number; hot: number; dead: number; table: number; indexes: number }
+type Table = 'keys' | 'payments' | 'processing'
+const TABLES: Record<Table, string> = { keys: 'idempotency_keys', payments: 'payments', processing: 'idempotency_processing' }
+
+interface TableStats { ins: number; upd: number; del: number; hot: number; dead: number; table: number; indexes: number }
 
 export async function capacity(): Promise<Section> {
   const pg = PostgresServer.init('bench-capacity-pg')
@@ -52,10 +57,11 @@ export async function capacity(): Promise<Section> {
     const fresh = await phase(sql, db, pg, service, provider, (i) => ({ key: `cap-fresh-${run}-${i}`, body: body(i) }))
     const created = fresh.statuses['201'] ?? 0
     rows.push(row('fresh payment (201)', fresh, created))
-    const d = (name: keyof TableStats, table: 'keys' | 'payments') => (fresh.after[table][name] - fresh.before[table][name]) / created
+    const d = (name: keyof TableStats, table: Table) => (fresh.after[table][name] - fresh.before[table][name]) / created
     rows.push(['per fresh payment: transaction ids', (Number(BigInt(fresh.after.xid) - BigInt(fresh.before.xid)) / created).toFixed(2), 'the next transaction id (pg_current_snapshot) before and after'])
     rows.push(['per fresh payment: idempotency_keys rows inserted / updated / HOT-updated', `${d('ins', 'keys').toFixed(2)} / ${d('upd', 'keys').toFixed(2)} / ${d('hot', 'keys').toFixed(2)}`, 'pg_stat_user_tables'])
-    rows.push(['per fresh payment: dead tuples left for vacuum (keys + payments)', (d('dead', 'keys') + d('dead', 'payments')).toFixed(2), 'n_dead_tup, before autovacuum'])
+    rows.push(['per fresh payment: idempotency_processing rows inserted (each deleted at completion)', d('ins', 'processing').toFixed(2), 'pg_stat_user_tables'])
+    rows.push(['per fresh payment: row versions made dead (updates + deletes: keys, payments, processing list)', `${(d('upd', 'keys') + d('del', 'keys')).toFixed(2)}, ${(d('upd', 'payments') + d('del', 'payments')).toFixed(2)}, ${(d('upd', 'processing') + d('del', 'processing')).toFixed(2)}`, 'pg_stat_user_tables; a HOT one is pruned in place, the others wait for vacuum'])
     rows.push(['per fresh payment: bytes of idempotency_keys table / its indexes', `${d('table', 'keys').toFixed(0)} / ${d('indexes', 'keys').toFixed(0)}`, 'pg_relation_size, pg_indexes_size'])
     rows.push(['per fresh payment: bytes of payments table / its indexes', `${d('table', 'payments').toFixed(0)} / ${d('indexes', 'payments').toFixed(0)}`, 'pg_relation_size, pg_indexes_size'])
 
@@ -143,17 +149,17 @@ async function counters(sql: postgres.Sql, db: OwnDatabase): Promise<Counters> {
   const [row] = await sql<{ lsn: string; commits: number; xid: string }[]>`
     select pg_current_wal_lsn()::text as lsn, xact_commit::float8 as commits, pg_snapshot_xmax(pg_current_snapshot())::text as xid
       from pg_stat_database where datname = ${db.name}`
-  const stats = await sql<{ relname: string; ins: number; upd: number; hot: number; dead: number; table: number; indexes: number }[]>`
-    select relname, n_tup_ins::float8 as ins, n_tup_upd::float8 as upd, n_tup_hot_upd::float8 as hot, n_dead_tup::float8 as dead,
+  const stats = await sql<{ relname: string; ins: number; upd: number; del: number; hot: number; dead: number; table: number; indexes: number }[]>`
+    select relname, n_tup_ins::float8 as ins, n_tup_upd::float8 as upd, n_tup_del::float8 as del, n_tup_hot_upd::float8 as hot, n_dead_tup::float8 as dead,
            pg_relation_size(relid)::float8 as table, pg_indexes_size(relid)::float8 as indexes
-      from pg_stat_user_tables where relname in ('idempotency_keys', 'payments')`
+      from pg_stat_user_tables where relname in ('idempotency_keys', 'payments', 'idempotency_processing')`
   // The statistics collector is asynchronous: pg_stat_clear_snapshot() takes a fresh view next time.
   await sql`select pg_stat_clear_snapshot()`
   const of = (name: string): TableStats => {
-    const r = stats.find((s) => s.relname === name)!
-    return { ins: r.ins, upd: r.upd, hot: r.hot, dead: r.dead, table: r.table, indexes: r.indexes }
+    const r = stats.find((s) => s.relname === name)
+    return r ? { ins: r.ins, upd: r.upd, del: r.del, hot: r.hot, dead: r.dead, table: r.table, indexes: r.indexes } : { ins: 0, upd: 0, del: 0, hot: 0, dead: 0, table: 0, indexes: 0 }
   }
-  return { lsn: row!.lsn, commits: row!.commits, xid: row!.xid, keys: of('idempotency_keys'), payments: of('payments') }
+  return { lsn: row!.lsn, commits: row!.commits, xid: row!.xid, keys: of(TABLES.keys), payments: of(TABLES.payments), processing: of(TABLES.processing) }
 }
 
 /**
@@ -166,8 +172,8 @@ async function settled(sql: postgres.Sql, db: OwnDatabase): Promise<Counters> {
   for (const deadline = Date.now() + 15_000; Date.now() < deadline;) {
     await Bun.sleep(1_000)
     const now = await counters(sql, db)
-    const same = (t: 'keys' | 'payments') => now[t].ins === last[t].ins && now[t].upd === last[t].upd
-    if (same('keys') && same('payments')) return { ...now, lsn: last.lsn, xid: last.xid, commits: last.commits }
+    const same = (t: Table) => now[t].ins === last[t].ins && now[t].upd === last[t].upd
+    if (same('keys') && same('payments') && same('processing')) return { ...now, lsn: last.lsn, xid: last.xid, commits: last.commits }
     last = now
   }
   return last
