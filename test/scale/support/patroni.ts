@@ -312,8 +312,10 @@ export class PatroniCluster {
 
   /** Waits until there is one primary, every other listed node streams, and (synchronous mode) one is the sync standby. */
   async waitHealthy(expected = this.nodes.length, timeoutMs = 120_000): Promise<Member[]> {
+    let seen = 'nothing yet'
     return waitFor(`the Patroni cluster healthy (${expected} members)`, async () => {
       const members = await this.members()
+      seen = JSON.stringify(members.map((m) => [m.name, m.role, m.state, m.lag]))
       const leaders = members.filter((m) => m.role === 'leader' && m.state === 'running')
       const replicas = members.filter((m) => m.role !== 'leader' && (m.state === 'streaming' || m.state === 'running'))
       const sync = members.filter((m) => m.role === 'sync_standby')
@@ -324,13 +326,15 @@ export class PatroniCluster {
         const sql = this.node(m.name).connect()
         try {
           const [row] = await sql<{ status: string | null }[]>`select status from pg_stat_wal_receiver`
-          if (row?.status !== 'streaming') return false
+          if (row?.status !== 'streaming') { seen += `; ${m.name}'s walreceiver: ${row?.status ?? 'none'}`; return false }
         } finally {
           await sql.end({ timeout: 1 })
         }
       }
       return members
-    }, timeoutMs, 250)
+    }, timeoutMs, 250).catch((error: unknown) => {
+      throw new Error(`${String(error)}; last seen: ${seen}\n${this.nodes.map((n) => `--- ${n.name}\n${n.log.slice(-3_000)}`).join('\n')}`)
+    })
   }
 
   /**
