@@ -14,6 +14,7 @@ import { startRetentionPurge } from './maintenance/retention-purge'
 import { openPools } from './store/db'
 import { DatabaseHealth } from './store/health'
 import type { Logger } from './log'
+import { watchDurability } from './store/durability'
 
 /** How long a shutdown waits for in-flight requests before stopping them. */
 const DRAIN_TIMEOUT_MS = 10_000
@@ -53,6 +54,8 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   const cluster = config.workers > 1 && ClusterMetrics.available() ? new ClusterMetrics(metrics.registry) : undefined
   const inFlight = new InFlight()
   const health = new DatabaseHealth(databaseUrl, `idempotent-post:${process.pid}:health`, { pgbouncer: config.databasePgbouncer })
+  // Warns at start (and exports a gauge) when commits are acknowledged before any standby has them.
+  const durability = watchDurability({ sql: pools.short, registry: metrics.registry })
   // Operator commands apply the server's TTL and retention, never their shell's (core/settings.ts).
   await writeServerSettings(pools.short, config)
   // One heartbeat row for this process: how force-expire tells a live owner from a dead one.
@@ -104,6 +107,7 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
     }
   }
   // Answers written, then the heartbeat and the pools go, after the last handler returned.
+  durability.stop()
   await Promise.race([stopped, Bun.sleep(1_000)])
   await heartbeat.stop()
   await Promise.all([pools.close(), health.close()])

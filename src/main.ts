@@ -145,52 +145,33 @@ async function main(): Promise<number> {
  * The bundled provider simulator, in a process group of its own: a Ctrl-C to
  * ours must not stop it before the service has drained; we stop it after.
  * The price, as with the embedded PostgreSQL: a SIGKILL of our group leaves it
- * running on its port. So every simulator we start leaves a record (its pid,
- * ours) that its clean stop removes, and a start first stops the simulators
- * whose service is gone (their ledger is durable: nothing is lost).
+ * running on its port. So first the simulators left on this ledger by a
+ * killed service are stopped (provider/orphans.ts: per ledger, never another
+ * checkout's; their ledger is durable, nothing is lost), and ours is recorded.
  */
 async function startSimulator(config: Config): Promise<{ url: string; stop(): Promise<void> }> {
   const { spawnSimulator, STOP_GRACE_MS } = await import('./provider/spawn')
-  const { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } = await import('node:fs')
-  const { tmpdir } = await import('node:os')
-  const { join } = await import('node:path')
-  const records = join(tmpdir(), `idempotent-post-simulators-${process.getuid?.() ?? 'user'}`)
-  mkdirSync(records, { recursive: true, mode: 0o700 })
-  const orphans: number[] = []
-  for (const name of readdirSync(records)) {
-    const read = (path: string) => { try { return readFileSync(path, 'utf8') } catch { return '' } }
-    if (alive(Number(read(join(records, name))))) continue // its service still runs (tests run several at once)
-    if (read(`/proc/${name}/cmdline`).includes('provider/main.ts')) orphans.push(Number(name))
-    rmSync(join(records, name), { force: true })
-  }
+  const { orphanedSimulators, recordSimulator, stillRunning } = await import('./provider/orphans')
+  const orphans = orphanedSimulators(config.providerLedger)
   if (orphans.length > 0) {
-    log.warn(`stopping ${orphans.length} provider simulator(s) left running by a killed service (pid ${orphans.join(', ')})`)
+    log.warn(`stopping ${orphans.length} provider simulator(s) left running on this ledger by a killed service (pid ${orphans.map((o) => o.pid).join(', ')})`)
     const signal = (pid: number, name: NodeJS.Signals) => { try { process.kill(pid, name) } catch { /* gone */ } }
-    for (const pid of orphans) signal(pid, 'SIGTERM')
-    for (const deadline = Date.now() + STOP_GRACE_MS; orphans.some(alive) && Date.now() < deadline;) await Bun.sleep(50)
-    for (const pid of orphans.filter(alive)) signal(pid, 'SIGKILL')
+    for (const orphan of orphans) signal(orphan.pid, 'SIGTERM')
+    for (const deadline = Date.now() + STOP_GRACE_MS; orphans.some(stillRunning) && Date.now() < deadline;) await Bun.sleep(50)
+    for (const orphan of orphans.filter(stillRunning)) signal(orphan.pid, 'SIGKILL')
+    // Gone means its sockets are closed: an exited process holds no port, even before it is reaped.
+    for (const deadline = Date.now() + 1_000; orphans.some(stillRunning) && Date.now() < deadline;) await Bun.sleep(20)
   }
   const { simulatorEnv } = await import('./provider/simulator-env')
   const simulator = await spawnSimulator({ detached: true, env: simulatorEnv(config, process.env) })
-  const record = join(records, String(simulator.proc.pid))
-  writeFileSync(record, String(process.pid))
+  const forget = recordSimulator(config.providerLedger, simulator.proc.pid)
   return {
     url: simulator.url,
     async stop() {
       const code = await simulator.stop()
-      rmSync(record, { force: true })
+      forget()
       log.info(`provider simulator stopped${code === 0 ? '' : ` (exit ${code})`}`)
     },
-  }
-}
-
-function alive(pid: number): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
   }
 }
 

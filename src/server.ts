@@ -124,11 +124,14 @@ export function buildApp(deps: AppDependencies) {
     .get('/healthz', () => Response.json({ status: 'ok' }), {
       detail: detail({ summary: 'Liveness: 200 while the process runs', tags: ['operations'], security: [], responses: { 200: health('ok') } }),
     })
-    .get('/readyz', async () =>
-      (deps.health?.up ?? true) && (await databaseAnswers(pools.short))
-        ? Response.json({ status: 'ready' })
-        : problemResponse(OPERATIONS_PROBLEMS.problem('not-ready')), {
-      detail: detail({ summary: 'Readiness: 200 when the database answers', tags: ['operations'], security: [], responses: { 200: health('ready'), 503: operationsAnswer(['not-ready']) } }),
+    // Ready when the write path works (the health probe's own commit, store/health.ts:
+    // a stalled synchronous standby hangs every write while reads still answer)
+    // and the pool answers. The probe runs on its interval, so a check costs no write.
+    .get('/readyz', async () => {
+      if (deps.health && !deps.health.up) return problemResponse(OPERATIONS_PROBLEMS.problem('not-ready', 'The database does not take writes right now (down, read-only, or waiting for its synchronous standby).'))
+      return await databaseAnswers(pools.short) ? Response.json({ status: 'ready' }) : problemResponse(OPERATIONS_PROBLEMS.problem('not-ready'))
+    }, {
+      detail: detail({ summary: 'Readiness: 200 when the database takes writes', tags: ['operations'], security: [], responses: { 200: health('ready'), 503: operationsAnswer(['not-ready']) } }),
     })
     .get('/metrics', async () => {
       try {

@@ -1,74 +1,133 @@
 import postgres from 'postgres'
+import { log as processLog, type Logger } from '../log'
 import { driverOptions, reconnectBackoff } from './db'
 
 /**
  * 500 ms between probes: an outage is noticed within ~0.5 s (a refused
- * connect fails at once), and 2 `select 1` a second cost nothing.
+ * connect fails at once), a stalled write path within PROBE_SLOW_MS + 0.5 s.
  */
 const PROBE_INTERVAL_MS = 500
-/** A probe slower than this counts as a failure: the database is there but not answering. */
-const PROBE_TIMEOUT_MS = 1_000
 /**
- * A refused or broken connection marks the database down at once; slowness
- * only after 2 probes in a row, so that one slow answer on a saturated
- * machine (a benchmark) does not turn traffic away.
+ * A probe unanswered this long marks the database down. Its commit is one
+ * WAL flush and, with a synchronous standby, one round trip to it: milliseconds.
+ * 2 s (the former rule's two slow probes of 1 s) keeps one slow answer on a
+ * saturated machine (a benchmark) from turning traffic away.
  */
-const SLOW_PROBES_TO_FAIL = 2
+const PROBE_SLOW_MS = 2_000
+/** A connect that takes longer than this counts as a failure. */
+const CONNECT_TIMEOUT_SECONDS = 1
 
 /**
- * Whether the database answers, known without asking it on the request path.
+ * The probe is a write, the smallest one there is: a transactional logical
+ * decoding message. It needs no table and leaves no row (nothing to vacuum),
+ * but it takes a transaction id and writes WAL, so its COMMIT goes down the
+ * write path of every request: the WAL flush, and the wait for the
+ * synchronous standby's acknowledgement. A read (`select 1`) answered
+ * happily while every write hung on a stalled synchronous standby
+ * (test/scale/patroni.scale.ts). It also fails on a standby (recovery cannot
+ * write), so a connection that landed on one is not ready either.
+ *
+ * `select txid_current()` would not do: a transaction whose only act is to
+ * take a transaction id commits without flushing and without waiting for the
+ * standby (PostgreSQL waits only when the transaction wrote WAL before its
+ * commit record).
+ *
+ * Cost per probe (docs/scaling.md, measured by `npm run bench:scale`): one
+ * transaction id, about 100 bytes of WAL, one WAL flush, one standby round
+ * trip. At 2 probes a second per process that is 172,800 transaction ids a
+ * day per process, against the 2 per payment of the traffic; logical
+ * decoding consumers see the messages only if they ask for messages.
+ */
+const WRITE_PROBE = "select pg_logical_emit_message(true, 'idempotent-post:readiness', '')"
+/** Where the role may not call it (42501) or it does not exist (42883): reachability only, said once, loudly. */
+const READ_PROBE = 'select 1'
+const FALLBACK_CODES = new Set(['42501', '42883'])
+
+export interface DatabaseHealthOptions {
+  /** DATABASE_PGBOUNCER=1: no prepared statements, no session settings as startup parameters. @default false */
+  readonly pgbouncer?: boolean
+  /** @default the process's logger */
+  readonly log?: Logger
+}
+
+/**
+ * Whether the database takes writes, known without asking it on the request
+ * path: /readyz answers from it, and while it is false requests that need
+ * the database are answered 503 at once (server.ts).
  *
  * Why: while the database is away, postgres.js queues every query until a
- * reconnect succeeds, so requests hang instead of failing. Measured in
- * test/chaos/postgres-restart.test.ts: during a 3 s outage POSTs waited up to
- * 3 s (19 s with postgres.js's default backoff) and the backlog delayed
- * recovery. With this gate, requests are answered 503 at once while the last
- * probe failed, and nothing piles up. The probe has its own connection, so it
- * never queues behind the pools' work.
+ * reconnect succeeds, so requests hang instead of failing (test/chaos/
+ * postgres-restart.test.ts: POSTs waited up to 3 s, 19 s with postgres.js's
+ * default backoff). While a synchronous standby is stalled, every commit
+ * waits for it, with no error at all. With this gate, requests are answered
+ * 503 at once while the probe fails or hangs, and nothing piles up. The
+ * probe has its own connection, so it never queues behind the pools' work,
+ * and at most one probe is outstanding: one stuck in a commit is waited on
+ * (and judged by its age), not stacked behind.
  */
 export class DatabaseHealth {
   readonly #sql: postgres.Sql
   readonly #timer: ReturnType<typeof setInterval>
+  readonly #log: Logger
   #up = true
-  #probing = false
-  #slowInARow = 0
+  #statement = WRITE_PROBE
+  /** When the outstanding probe was sent, and its answer. */
+  #outstanding: { since: number; answer: Promise<boolean> } | undefined
 
-  constructor(url: string, applicationName = 'idempotent-post:health', options: { pgbouncer?: boolean } = {}) {
+  constructor(url: string, applicationName = 'idempotent-post:health', options: DatabaseHealthOptions = {}) {
     const pgbouncer = options.pgbouncer ?? false
+    this.#log = options.log ?? processLog
     this.#sql = postgres(url, {
       ...driverOptions(url, pgbouncer),
       max: 1,
-      connect_timeout: PROBE_TIMEOUT_MS / 1000,
+      connect_timeout: CONNECT_TIMEOUT_SECONDS,
       backoff: reconnectBackoff,
       idle_timeout: 0,
       fetch_types: false,
       onnotice: () => undefined,
-      // PgBouncer refuses statement_timeout as a startup parameter; the probe's own race below bounds it anyway.
-      connection: pgbouncer ? { application_name: applicationName } : { application_name: applicationName, statement_timeout: PROBE_TIMEOUT_MS },
+      // PgBouncer refuses startup parameters; the probe's age bounds it anyway.
+      // A commit waiting for its standby is not ended by statement_timeout (PostgreSQL turns it off to commit).
+      connection: pgbouncer ? { application_name: applicationName } : { application_name: applicationName, statement_timeout: PROBE_SLOW_MS },
     })
     this.#timer = setInterval(() => void this.probe(), PROBE_INTERVAL_MS)
   }
 
-  /** False after a failed probe, until one succeeds. */
+  /** False after a failed probe, or while one has gone unanswered for PROBE_SLOW_MS; true again once one succeeds. */
   get up(): boolean {
     return this.#up
   }
 
-  /** Asks the database once; the result becomes `up`. */
+  /** Probes once (or judges the outstanding probe by its age); the result becomes `up`. */
   async probe(): Promise<boolean> {
-    if (this.#probing) return this.#up
-    this.#probing = true
-    let timer: ReturnType<typeof setTimeout> | undefined
-    try {
-      const timeout = new Promise<'slow'>((resolve) => { timer = setTimeout(() => resolve('slow'), PROBE_TIMEOUT_MS) })
-      const result = await Promise.race([this.#sql`select 1`.then(() => 'ok' as const, () => 'failed' as const), timeout])
-      this.#slowInARow = result === 'slow' ? this.#slowInARow + 1 : 0
-      this.#up = result === 'ok' || (result === 'slow' && this.#slowInARow < SLOW_PROBES_TO_FAIL)
+    const outstanding = this.#outstanding
+    if (outstanding) {
+      if (performance.now() - outstanding.since >= PROBE_SLOW_MS) this.#up = false
       return this.#up
-    } finally {
-      clearTimeout(timer)
-      this.#probing = false
     }
+    const since = performance.now()
+    const answer = this.#sql.unsafe(this.#statement).then(() => true, (error: unknown) => this.#failed(error))
+    this.#outstanding = { since, answer }
+    let timer: ReturnType<typeof setTimeout> | undefined
+    const slow = new Promise<'slow'>((resolve) => { timer = setTimeout(() => resolve('slow'), PROBE_SLOW_MS) })
+    const result = await Promise.race([answer, slow]).finally(() => clearTimeout(timer))
+    if (result === 'slow') {
+      this.#up = false
+      // The probe stays outstanding until it is answered (its commit may be waiting for a standby).
+      void answer.then((ok) => { this.#up = ok; this.#outstanding = undefined })
+      return false
+    }
+    this.#up = result
+    this.#outstanding = undefined
+    return result
+  }
+
+  #failed(error: unknown): boolean {
+    const code = (error as { code?: unknown }).code
+    if (this.#statement === WRITE_PROBE && typeof code === 'string' && FALLBACK_CODES.has(code)) {
+      this.#statement = READ_PROBE
+      this.#log.warn('readiness probes with a read: the write probe is refused, so /readyz cannot see a stalled write path (docs/scaling.md)', { error, probe: WRITE_PROBE })
+    }
+    return false
   }
 
   async close(): Promise<void> {

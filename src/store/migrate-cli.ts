@@ -1,15 +1,71 @@
-/** `npm run migrate`: applies sql/engine and sql/service to DATABASE_URL, or to the embedded PostgreSQL when unset. */
+/**
+ * `npm run migrate`: applies sql/engine and sql/service to DATABASE_URL, or to the embedded
+ * PostgreSQL when unset. Never through PgBouncer, as the service never
+ * migrates through it: the runner holds a session advisory lock so that
+ * concurrent starts migrate once, and through a transaction pooler the lock
+ * and its unlock can land on different server connections, leaving the lock
+ * on a pooled connection where the next migration waits for it
+ * (store/migrate.ts checkSchema, docs/scaling.md).
+ *
+ * Refused with exit code 2: DATABASE_PGBOUNCER=1 (the operator says so), or a
+ * server that refuses a startup parameter PostgreSQL accepts (PgBouncer
+ * answers `unsupported startup parameter` unless told to ignore it).
+ */
+import postgres from 'postgres'
+import { ConfigError, loadDatabaseConfig } from '../config'
 import { startEmbedded } from './embedded'
 import { describeVersions, migrateService } from './migrate'
 
-const embedded = process.env.DATABASE_URL ? undefined : await startEmbedded({ log: console.log })
-try {
-  const { applied, versions, adopted } = await migrateService(process.env.DATABASE_URL || embedded!.url)
-  if (adopted) console.log('the single-line layout of earlier releases (table migrations) was recorded in idempotency_migrations and service_migrations')
-  console.log(`schema at migrations ${describeVersions(versions)} (${applied} applied)`)
-} catch (error) {
-  console.error(`migration failed: ${error instanceof Error ? error.message : error}`)
-  process.exitCode = 1
-} finally {
-  await embedded?.stop()
+const out = (line: string) => process.stdout.write(`${line}\n`)
+const err = (line: string) => process.stderr.write(`${line}\n`)
+const THROUGH_PGBOUNCER = 'Run it against PostgreSQL directly (DATABASE_URL=postgres://<the primary itself> npm run migrate), then start the service behind PgBouncer: it checks the schema and does not migrate (docs/scaling.md).'
+
+/** The reason `url` looks like PgBouncer, or undefined: PostgreSQL takes any setting as a startup parameter, PgBouncer refuses them. */
+async function pgbouncerRefusal(url: string): Promise<string | undefined> {
+  const probe = postgres(url, { max: 1, connect_timeout: 5, prepare: false, fetch_types: false, onnotice: () => undefined, connection: { statement_timeout: 60_000 } as never })
+  try {
+    await probe`select 1`
+    return undefined
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error)
+    return /unsupported startup parameter/i.test(message) ? message : undefined
+  } finally {
+    await probe.end({ timeout: 1 })
+  }
 }
+
+async function main(): Promise<number> {
+  let config: ReturnType<typeof loadDatabaseConfig>
+  try {
+    config = loadDatabaseConfig()
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error
+    err(`configuration error: ${error.message}`)
+    return 2
+  }
+  if (config.databasePgbouncer) {
+    err(`refusing to migrate with DATABASE_PGBOUNCER=1: migrations hold a session advisory lock, which a transaction pooler strands. ${THROUGH_PGBOUNCER}`)
+    return 2
+  }
+  if (config.databaseUrl) {
+    const refusal = await pgbouncerRefusal(config.databaseUrl).catch(() => undefined) // unreachable: migrate says so below
+    if (refusal) {
+      err(`refusing to migrate: DATABASE_URL looks like PgBouncer (it answered "${refusal}"), and migrations hold a session advisory lock, which a transaction pooler strands. ${THROUGH_PGBOUNCER}`)
+      return 2
+    }
+  }
+  const embedded = config.databaseUrl ? undefined : await startEmbedded({ log: out })
+  try {
+    const { applied, versions, adopted } = await migrateService(config.databaseUrl || embedded!.url)
+    if (adopted) out('the single-line layout of earlier releases (table migrations) was recorded in idempotency_migrations and service_migrations')
+    out(`schema at migrations ${describeVersions(versions)} (${applied} applied)`)
+    return 0
+  } catch (error) {
+    err(`migration failed: ${error instanceof Error ? error.message : error}`)
+    return 1
+  } finally {
+    await embedded?.stop()
+  }
+}
+
+process.exitCode = await main()

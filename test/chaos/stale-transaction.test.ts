@@ -36,6 +36,8 @@ test('a handler that outlives its lost connection writes nothing, anywhere', asy
   let proceed!: () => void
   const providerAnswers = new Promise<void>((resolve) => { proceed = resolve })
   let lateWrite: unknown = 'not attempted'
+  let attempted!: () => void
+  const lateWriteAttempted = new Promise<void>((resolve) => { attempted = resolve })
 
   const run = complete(pools.work, claimed.lease, async (tx) => {
     started()
@@ -47,6 +49,8 @@ test('a handler that outlives its lost connection writes nothing, anywhere', asy
     } catch (error) {
       lateWrite = error
       throw error
+    } finally {
+      attempted()
     }
     return { status: 201, headers: {}, body: '{}' }
   }).then(() => 'resolved', (error: unknown) => error)
@@ -57,17 +61,20 @@ test('a handler that outlives its lost connection writes nothing, anywhere', asy
     select count(pg_terminate_backend(pid))::int as terminated from pg_stat_activity
      where datname = current_database() and application_name = 'stale-tx:work'`)[0]!
   expect(terminated).toBe(1)
-  await Bun.sleep(100) // the client sees the close
 
-  // Another request now uses the work pool: the same connection object, reconnected.
+  // Another request now uses the work pool: the same connection object,
+  // reconnected (it can only run once the client has seen the close).
   let bystanderRows = -1
+  let inTransaction!: () => void
+  const bystanderInTransaction = new Promise<void>((resolve) => { inTransaction = resolve })
   const bystander = pools.work.begin(async (other) => {
     await other`select 1`
-    await Bun.sleep(300) // its transaction is open while the stale handler wakes up
+    inTransaction()
+    await lateWriteAttempted // its transaction is open while the stale handler wakes up and tries its write
     const n = (await other<{ n: number }[]>`select count(*)::int as n from payments where customer = 'late'`)[0]!.n
     bystanderRows = n
   })
-  await Bun.sleep(50)
+  await bystanderInTransaction
   proceed()
 
   const outcome = await run

@@ -110,7 +110,8 @@ test('200 keys x 10 concurrent retries: 200 payments, one id per key, no 5xx', a
     Array.from({ length: 10 }, async () => {
       const response = await postPayment(fast.url, payment({ customer, amount: i + 1 }), { key })
       const text = await response.text()
-      return { key, status: response.status, id: response.ok ? (JSON.parse(text) as { id: string }).id : undefined }
+      const parsed = JSON.parse(text) as { id?: string; code?: string; detail?: string }
+      return { key, status: response.status, id: response.ok ? parsed.id : undefined, ...(response.ok ? {} : { problem: `${parsed.code}: ${parsed.detail}` }) }
     })))
   expect(answers.filter((a) => a.status >= 500)).toEqual([])
   expect(answers.every((a) => a.status === 201 || a.status === 409)).toBe(true)

@@ -1,27 +1,15 @@
 #!/usr/bin/env bash
-# `npm run test:scale`: the scale suite (PgBouncer, failover, HAProxy, capacity
-# figures). Not part of `npm test`. It needs Debian's pgbouncer, haproxy and
-# PostgreSQL server binaries (initdb, pg_basebackup, pg_ctl) and the machine's
+# `npm run test:scale`: the scale suite (a Patroni cluster, PgBouncer,
+# failover, HAProxy, capacity properties). Not part of `npm test`. It needs
+# Debian's patroni, etcd-server, pgbouncer, haproxy and PostgreSQL server
+# binaries (initdb, pg_basebackup, pg_ctl, pg_rewind) and the machine's
 # PostgreSQL on 127.0.0.1:5432 (or SCALE_POSTGRES_URL). As root it installs
 # what is missing; otherwise each scenario whose binary is absent is skipped
-# with a message saying what to install.
+# with a message saying what to install. `npm run bench:scale` uses the same.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-need=()
-command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || need+=(pgbouncer)
-command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
-ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
-if ((${#need[@]})); then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "test:scale: installing ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
-      || echo "test:scale: could not install ${need[*]}; those scenarios will be skipped"
-  else
-    echo "test:scale: ${need[*]} missing and not root: those scenarios will be skipped"
-  fi
-fi
+source test/scale/install.sh
 
 # The preload (test/support/setup.ts) would start an embedded PostgreSQL when
 # DATABASE_URL is unset; the scale suite uses the machine's server instead.

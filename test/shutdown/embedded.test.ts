@@ -30,7 +30,7 @@ afterAll(async () => {
   const pid = postmasterPid()
   if (pid && alive(pid)) {
     process.kill(pid, 'SIGQUIT')
-    while (alive(pid)) await Bun.sleep(20)
+    await waitFor(() => !alive(pid), 'the embedded PostgreSQL to stop')
   }
   if (temp) rmSync(temp, { recursive: true, force: true })
 })
@@ -52,11 +52,13 @@ async function pay(service: GroupProcess, key: string): Promise<{ status: number
   return { status: response.status, ...(body.id ? { id: body.id } : {}) }
 }
 
-/** How many of `keys` are in processing, read from the embedded database itself. */
-async function processing(keys: string[]): Promise<number> {
+/** How many of `keys` are in processing (past the TTL, when `stale`), read from the embedded database itself. */
+async function processing(keys: string[], stale = false): Promise<number> {
   const sql = postgres(`postgres://postgres:postgres@127.0.0.1:${env.EMBEDDED_PG_PORT}/postgres`, { max: 1, onnotice: () => undefined })
   try {
-    const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where key in ${sql(keys)} and status = 'processing'`
+    const [row] = await sql<{ n: number }[]>`
+      select count(*)::int as n from idempotency_keys where key in ${sql(keys)} and status = 'processing'
+         and (not ${stale} or locked_at <= now() - make_interval(secs => ${Number(env.IDEMPOTENCY_TTL_SECONDS)}))`
     return row!.n
   } finally {
     await sql.end({ timeout: 1 })
@@ -92,8 +94,8 @@ test('crash (SIGKILL of the group, then of PostgreSQL too), restart, data intact
   service = await start()
   expect(service.output()).toContain(`adopting the PostgreSQL server (pid ${pg})`)
   for (const [key, id] of answered) expect(await pay(service, key)).toEqual({ status: 201, id })
-  // The stranded keys: a retry after the 1 s TTL reclaims them; one payment each.
-  await Bun.sleep(1_100)
+  // The stranded keys: once past the 1 s TTL, a retry reclaims them; one payment each.
+  await waitFor(async () => (await processing(stranded, true)) === stranded.length, 'the 3 stranded keys to be stale')
   for (const key of stranded) {
     const first = await pay(service, key)
     expect(first.status).toBe(201)
@@ -103,7 +105,7 @@ test('crash (SIGKILL of the group, then of PostgreSQL too), restart, data intact
   // 3. Now PostgreSQL dies too (SIGKILL): a stale postmaster.pid is left behind.
   await killGroup(service)
   process.kill(pg, 'SIGKILL')
-  while (alive(pg)) await Bun.sleep(20)
+  await waitFor(() => !alive(pg), 'the embedded PostgreSQL to die')
   expect(postmasterPid()).toBe(pg) // the stale lock file
   service = await start({ WORKERS: '2' }) // and this time as a supervisor of two workers
   const both = service

@@ -209,8 +209,14 @@ function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
   let traps: Promise<TrapHit>[] = []
   return {
     async arm() {
-      const firstNew = proxy!.counts.accepted
       expect(proxy!.connections().filter((c) => poolOf(c.startup) === 'work')).toEqual([]) // no work connection yet
+      // The short pool already has what start-up opened (heartbeat, settings, the durability check), and
+      // batched claims need only two statements in flight: the burst may open no new short connection. So
+      // its idle ones go first (an RST, which a pool must survive too), and the burst reconnects.
+      const idle = proxy!.connections().filter((c) => poolOf(c.startup) === 'short' && c.open)
+      for (const connection of idle) connection.reset()
+      await waitFor(() => idle.every((c) => !c.open), 'the short pool\'s idle connections to close')
+      const firstNew = proxy!.counts.accepted
       traps = (['short', 'work'] as const).map((pool) => proxy!.trap({
         connection: (startup, connection) => poolOf(startup) === pool && connection.id >= firstNew,
         before: /[\s\S]/,

@@ -66,3 +66,68 @@ export class HAProxy {
     await this.running.proc.exited
   }
 }
+
+/** A TCP listener of PrimaryProxy: its servers, each health-checked on another port (its node's Patroni REST API). */
+export interface PrimaryListen {
+  readonly name: string
+  readonly servers: readonly { name: string; port: number; checkPort: number }[]
+}
+
+/**
+ * HAProxy in TCP mode in front of a Patroni cluster, as Patroni's docs set
+ * it up: each listener forwards to the one server whose Patroni answers 200
+ * to `GET /primary` (the leader). Checks every 500 ms, down after 2 failures,
+ * up after 1 success; `on-marked-down shutdown-sessions` cuts the sessions of
+ * a server marked down, so clients reconnect at once (to the new primary)
+ * instead of waiting on a demoted or dead one until TCP gives up.
+ */
+export class PrimaryProxy {
+  private constructor(readonly ports: Readonly<Record<string, number>>, readonly running: Started) {}
+
+  static async start(listens: readonly PrimaryListen[]): Promise<PrimaryProxy> {
+    const binary = findBinary('haproxy')
+    if (!binary) throw new Error('haproxy not found (apt-get install -y haproxy)')
+    const dir = tempDir('haproxy-pg')
+    const ports = Object.fromEntries(listens.map((l) => [l.name, freePort()]))
+    const config = join(dir, 'haproxy.cfg')
+    writeFileSync(config, [
+      'global',
+      '  maxconn 4096',
+      'defaults',
+      '  mode tcp',
+      '  timeout connect 1s',
+      // Longer than any idle pooled connection (postgres.js idle_timeout 60 s); keepalives are the database's.
+      '  timeout client 30m',
+      '  timeout server 30m',
+      '  timeout check 1s',
+      ...listens.flatMap((l) => [
+        `listen ${l.name}`,
+        `  bind 127.0.0.1:${ports[l.name]}`,
+        '  option httpchk GET /primary',
+        '  http-check expect status 200',
+        '  default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions',
+        ...l.servers.map((s) => `  server ${s.name} 127.0.0.1:${s.port} check port ${s.checkPort}`),
+      ]),
+      '',
+    ].join('\n'))
+    const running = start([binary, '-db', '-f', config])
+    await waitFor('HAProxy (TCP) to listen', async () => {
+      if (running.proc.exitCode !== null) throw new Error(`haproxy exited ${running.proc.exitCode}:\n${running.output()}`)
+      const socket = await Bun.connect({ hostname: '127.0.0.1', port: ports[listens[0]!.name]!, socket: { data() {} } }).catch(() => undefined)
+      socket?.end()
+      return socket !== undefined
+    }, 15_000, 100)
+    return new PrimaryProxy(ports, running)
+  }
+
+  port(listen: string): number {
+    const port = this.ports[listen]
+    if (port === undefined) throw new Error(`no listener ${listen}`)
+    return port
+  }
+
+  async stop(): Promise<void> {
+    killGroup(this.running.proc.pid, 'SIGTERM')
+    await this.running.proc.exited
+  }
+}

@@ -16,6 +16,8 @@ export interface PgBouncerOptions {
   readonly database: string
   /** Server connections per (user, database). @default 20 */
   readonly poolSize?: number
+  /** More pgbouncer.ini settings, over the ones below. */
+  readonly settings?: Readonly<Record<string, string | number>>
 }
 
 export class PgBouncer {
@@ -53,8 +55,12 @@ export class PgBouncer {
       'tcp_keepcnt = 3',
       'server_connect_timeout = 2',
       'server_login_retry = 1',
+      // A client waits at most this long for a server connection, then gets
+      // an error (the service answers 503), instead of the default 120 s.
+      'query_wait_timeout = 5',
       'log_connections = 0',
       'log_disconnections = 0',
+      ...Object.entries(options.settings ?? {}).map(([name, value]) => `${name} = ${value}`),
       '',
     ].join('\n'))
     giveToServiceUser(ini)

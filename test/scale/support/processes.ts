@@ -12,6 +12,13 @@ import { join } from 'node:path'
 
 const groups = new Set<number>()
 const temps = new Set<string>()
+/** Killers of processes that live outside any group we started (Patroni's detached postmasters). */
+const killers = new Set<() => void>()
+
+/** `kill` runs at cleanup (and at exit): for processes this registry cannot reach by group. It must be synchronous. */
+export function onCleanup(kill: () => void): void {
+  killers.add(kill)
+}
 
 /** Kills the group of `pid` (SIGKILL unless told), ignoring one that is gone. */
 export function killGroup(pid: number, signal: NodeJS.Signals = 'SIGKILL'): void {
@@ -47,6 +54,7 @@ export function killTree(root: number): void {
 }
 
 function killEverythingNow(): void {
+  for (const kill of killers) try { kill() } catch { /* best effort */ }
   for (const pid of groups) killTree(pid)
   for (const dir of temps) try { rmSync(dir, { recursive: true, force: true }) } catch { /* best effort */ }
 }
@@ -60,6 +68,8 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const)
 
 /** Everything started so far is killed and every temp dir removed; call from afterAll. */
 export async function cleanupAll(): Promise<void> {
+  for (const kill of killers) kill()
+  killers.clear()
   for (const pid of groups) killTree(pid)
   groups.clear()
   await Bun.sleep(100)
@@ -174,7 +184,9 @@ export function missing(names: string[]): string | undefined {
 }
 
 function debianPackage(binary: string): string {
-  if (binary === 'pgbouncer' || binary === 'haproxy') return binary
+  if (binary === 'pgbouncer' || binary === 'haproxy' || binary === 'patroni') return binary
+  if (binary === 'patronictl') return 'patroni'
+  if (binary === 'etcd') return 'etcd-server'
   return 'postgresql'
 }
 

@@ -22,6 +22,8 @@ export interface Provider {
   stop(): Promise<void>
   /** Every charge the provider recorded for `customer`. */
   charges(customer: string): Promise<Charge[]>
+  /** Every charge the provider recorded, in one listing. */
+  allCharges(): Promise<Charge[]>
 }
 
 export interface Charge {
@@ -53,6 +55,11 @@ export async function startProvider(delayMs: number): Promise<Provider> {
     async stop() { await simulator.stop() },
     async charges(customer) {
       const response = await fetch(`${simulator.url}/v1/charges?customer=${encodeURIComponent(customer)}`)
+      if (!response.ok) throw new Error(`GET /v1/charges: ${response.status} ${await response.text()}`)
+      return ((await response.json()) as { data: Charge[] }).data
+    },
+    async allCharges() {
+      const response = await fetch(`${simulator.url}/v1/charges`)
       if (!response.ok) throw new Error(`GET /v1/charges: ${response.status} ${await response.text()}`)
       return ((await response.json()) as { data: Charge[] }).data
     },
@@ -180,7 +187,10 @@ export async function checkLedgers(sql: postgres.Sql, provider: Provider | undef
   let duplicatedCharges = 0
   let unmatchedReferences = 0
   if (provider) {
-    const all = await Promise.all([...keys].map(async ([key, { customer }]) => [key, await provider.charges(customer)] as const))
+    // One listing, grouped by customer (one customer per key): thousands of keys in one request.
+    const byCustomer = new Map<string, Charge[]>()
+    for (const charge of await provider.allCharges()) byCustomer.set(charge.customer, [...(byCustomer.get(charge.customer) ?? []), charge])
+    const all = [...keys].map(([key, { customer }]) => [key, byCustomer.get(customer) ?? []] as const)
     for (const [key, list] of all) {
       charges += list.length
       if (list.length > 1) duplicatedCharges++
