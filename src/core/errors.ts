@@ -11,6 +11,8 @@ export const SQLSTATE = Object.freeze({
   UNTRANSLATABLE_CHARACTER: '22P05',
   INVALID_TEXT_REPRESENTATION: '22P02',
   TOO_MANY_CONNECTIONS: '53300',
+  PROTOCOL_VIOLATION: '08P01',
+  READ_ONLY_SQL_TRANSACTION: '25006',
   /** Raised by idempotency_complete() (sql/engine/00003) when the lease is no longer current. */
   LEASE_LOST: 'IK409',
 } as const)
@@ -48,6 +50,10 @@ const UNAVAILABLE = new Set([
   'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
   'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH',
   SQLSTATE.ADMIN_SHUTDOWN, SQLSTATE.CANNOT_CONNECT_NOW, SQLSTATE.TOO_MANY_CONNECTIONS, '57P02', '08000', '08003', '08006', '08001', '08004',
+  // PgBouncer's own refusals ("server login has been failing", query_wait_timeout) come as a
+  // protocol violation; a node demoted by a failover refuses writes as read-only. Both pass within
+  // seconds, so they are the database being away, not a bug (seen as 500s in test/scale/patroni).
+  SQLSTATE.PROTOCOL_VIOLATION, SQLSTATE.READ_ONLY_SQL_TRANSACTION,
 ])
 
 /**
