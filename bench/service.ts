@@ -1,7 +1,8 @@
 import type { Subprocess } from 'bun'
 import { spawnService } from '../test/support/process'
 
-export const BENCH_API_KEY = 'bench-key'
+// Production mode (NODE_ENV below) refuses keys and tokens under 32 characters.
+export const BENCH_API_KEY = 'bench-key-0123456789abcdef0123456789'
 export const BENCH_TENANT = 'bench'
 
 export interface Service {
@@ -24,7 +25,7 @@ export async function startService(databaseUrl: string, providerUrl: string, env
       DATABASE_URL: databaseUrl,
       PAYMENT_PROVIDER_URL: providerUrl,
       API_KEYS: `${BENCH_TENANT}:${BENCH_API_KEY}`,
-      ADMIN_TOKEN: 'bench-admin-token',
+      ADMIN_TOKEN: 'bench-admin-token-0123456789abcdef0123',
       // A benchmark is one tenant at full speed: the per-tenant limits would measure themselves.
       TENANT_RATE_LIMIT: '0',
       TENANT_MAX_IN_FLIGHT: '0',

@@ -107,6 +107,8 @@ export interface Config {
   readonly workers: number
   /** Larger request bodies get 413. */
   readonly maxBodyBytes: number
+  /** Completed keys' answers each process keeps for replays that need no database (REPLAY_CACHE_ENTRIES; 0: none). */
+  readonly replayCacheEntries: number
   /** The database gauges at /metrics are recomputed at most once per this many ms (METRICS_CACHE_MS). */
   readonly metricsCacheMs: number
   /** BENCH_BASELINE_ROUTE=1: `npm run bench` only; adds the yardstick routes, non-idempotent and naive check-then-insert (payments/bench-baseline.ts, bench-naive.ts). */
@@ -297,6 +299,7 @@ export function loadConfig(env: Env = process.env): Config {
     providerLedger: env.PAYMENT_PROVIDER_LEDGER?.trim() || DEFAULT_PROVIDER_LEDGER,
     workers: integer(env, 'WORKERS', 1, 1, 256),
     maxBodyBytes: integer(env, 'MAX_BODY_BYTES', DEFAULT_MAX_BODY_BYTES, MIN_MAX_BODY_BYTES),
+    replayCacheEntries: integer(env, 'REPLAY_CACHE_ENTRIES', 10_000, 0, 1_000_000),
     metricsCacheMs: integer(env, 'METRICS_CACHE_MS', DEFAULT_METRICS_CACHE_MS, 0, 3_600_000),
     benchBaselineRoute: integer(env, 'BENCH_BASELINE_ROUTE', 0, 0, 1) === 1,
     purgeIntervalMs: integer(env, 'PURGE_INTERVAL_MS', DEFAULT_PURGE_INTERVAL_MS, 100, 86_400_000),

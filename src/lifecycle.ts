@@ -17,9 +17,9 @@ import type { Logger } from './log'
 import { watchDurability } from './store/durability'
 
 /** How long a shutdown waits for in-flight requests before stopping them. */
-const DRAIN_TIMEOUT_MS = 10_000
+export const DRAIN_TIMEOUT_MS = 10_000
 /** Stopped requests release their keys in one statement; this is plenty, and the last resort releases them from here. */
-const ABORTED_DRAIN_MS = 3_000
+export const ABORTED_DRAIN_MS = 3_000
 /** How often a worker checks that its supervisor still lives: a SIGKILLed supervisor sends no signal. */
 const PARENT_POLL_MS = 500
 

@@ -160,6 +160,7 @@ export function buildApp(deps: AppDependencies) {
       ttlSeconds: config.ttlSeconds,
       retentionSeconds: config.retentionSeconds,
       maxBodyBytes: config.maxBodyBytes,
+      replayCacheEntries: config.replayCacheEntries,
       hooks: idempotencyHooks(metrics),
       log,
       ...(deps.inFlight ? { inFlight: deps.inFlight } : {}),

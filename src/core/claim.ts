@@ -64,7 +64,7 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant, o
         continue
       }
       if (row.fingerprint !== id.fingerprint) return { kind: 'mismatch', status: 'done' }
-      return { kind: 'replay', response: { status: row.response_status!, headers: row.response_headers ?? {}, body: row.response_body! } }
+      return { kind: 'replay', response: { status: row.response_status!, headers: row.response_headers ?? {}, body: row.response_body! }, ageSeconds: row.completed_age_seconds ?? 0 }
     }
 
     if (row.status === 'released') {
@@ -110,7 +110,10 @@ export function claimStats(sql: Sql) {
 }
 
 async function runClaims(sql: Sql, members: readonly ClaimMember[]): Promise<(ClaimRow | undefined)[]> {
-  const rows = await sql.unsafe<ClaimRow[]>(claimBatchSql, [JSON.stringify(members.map((member, n) => ({ ...member, n })))])
+  // Prepared (postgres.js prepares tagged queries, not unsafe() ones unless asked; a pool made for
+  // PgBouncer still prepares nothing): planning this statement on every call cost the database more
+  // than running it (BENCHMARKS.md).
+  const rows = await sql.unsafe<ClaimRow[]>(claimBatchSql, [JSON.stringify(members.map((member, n) => ({ ...member, n })))], { prepare: true })
   const byMember: (ClaimRow | undefined)[] = new Array(members.length)
   for (const row of rows) byMember[row.n] = row
   return byMember

@@ -79,7 +79,8 @@ export function completionStats(pool: postgres.Sql<Record<string, never>>) {
 /** One statement for `members`: true for each whose lease held (its answer stored, its rows written). */
 async function runCompletions(pool: postgres.Sql<Record<string, never>>, members: readonly Member[]): Promise<boolean[]> {
   const { text, parameters } = completionStatement(members)
-  const rows = await pool.unsafe<{ n: number }[]>(text, parameters)
+  // Prepared, as claim.ts's statement: one plan per shape (the tables and columns a route writes).
+  const rows = await pool.unsafe<{ n: number }[]>(text, parameters, { prepare: true })
   const fenced = members.map(() => false)
   for (const row of rows) fenced[row.n] = true
   return fenced

@@ -54,7 +54,7 @@ export interface Claimant extends Timing {
 export type ClaimResult =
   | { readonly kind: 'created'; readonly lease: Lease }
   | { readonly kind: 'reclaimed'; readonly lease: Lease }
-  | { readonly kind: 'replay'; readonly response: StoredResponse }
+  | { readonly kind: 'replay'; readonly response: StoredResponse; readonly ageSeconds: number }
   | { readonly kind: 'in_progress'; readonly retryAfterSeconds: number }
   | { readonly kind: 'mismatch'; readonly status: 'processing' | 'done' | 'released' }
 

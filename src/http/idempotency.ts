@@ -10,6 +10,7 @@ import { DatabaseUnavailableError, IdempotencyError, LeaseLostError, SQLSTATE, i
 import { fingerprint } from '../core/fingerprint'
 import { newLeaseId } from '../core/lease-id'
 import { release, type ReleaseReason } from '../core/release'
+import { ReplayCache } from './replay-cache'
 import { completeRows, type RowWrites } from '../core/complete-rows'
 import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
@@ -40,6 +41,8 @@ const RELEASE_TIMEOUT_MS = 2_000
  * statement may still commit later: it is then a lost claim (below).
  */
 const CLAIM_TIMEOUT_MS = 5_000
+/** 10,000 answers of about 1 kB: 10 MB at most, enough for every key of a retry storm. */
+const DEFAULT_REPLAY_CACHE_ENTRIES = 10_000
 /**
  * When a claim's answer was lost (its connection reset, or it timed out), the
  * key may have been claimed under our lease after all: we release it under
@@ -91,6 +94,12 @@ export interface IdempotencyOptions {
   readonly now?: () => Date | undefined
   /** Where the line about each failed, deadline-hit or fenced request goes (with its request id). @default src/log.ts's logger */
   readonly log?: Logger
+  /**
+   * Completed keys' answers kept in this process, so a replay needs no
+   * database (http/replay-cache.ts: safe, a done key is immutable for its
+   * retention); 0 turns it off. Off when `now` moves the clock (tests). @default 10000
+   */
+  readonly replayCacheEntries?: number
 }
 
 /** What the recording step returns: stored and replayed byte for byte, 4xx included (a business refusal). */
@@ -227,6 +236,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   if (!route.record === !route.recordRows) throw new TypeError(`idempotentPost ${route.path}: give the route exactly one of record and recordRows`)
   const catalogue: ProblemCatalogue<string> = route.problems ? PLUGIN_PROBLEMS.with(route.problems) : PLUGIN_PROBLEMS
   const event = { route: route.path }
+  const cache = options.now ? undefined : new ReplayCache(options.replayCacheEntries ?? DEFAULT_REPLAY_CACHE_ENTRIES)
 
   function count(outcome: Outcome, started: number): void {
     notify('onOutcome', hooks.onOutcome, { route: route.path, outcome, seconds: (performance.now() - started) / 1000 })
@@ -267,6 +277,16 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const method = request.method.toUpperCase()
     const path = requestPath(request)
     const identity = { tenant, key, method, path, fingerprint: fingerprint(method, path, body.value) }
+    // A finished key answers from memory: its answer, or 422 for another request under it.
+    const cached = cache?.get(tenant, key)
+    if (cached) {
+      if (cached.fingerprint !== identity.fingerprint) {
+        count('mismatch', started)
+        return problemResponse(problem('idempotency-key-reused'))
+      }
+      count('replayed', started)
+      return replay(cached.response)
+    }
 
     // The lease is ours before the claim is sent: listed with the heartbeat
     // from now on, and known to us if the claim's answer never arrives.
@@ -290,6 +310,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     switch (claimed.kind) {
       case 'replay':
         ticket?.end()
+        cache?.set(tenant, key, identity.fingerprint, claimed.response, retentionSeconds, claimed.ageSeconds)
         count('replayed', started)
         return replay(claimed.response)
       case 'in_progress':
@@ -303,11 +324,11 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       case 'created':
       case 'reclaimed':
         if (claimed.kind === 'reclaimed') notify('onReclaim', hooks.onReclaim, event)
-        return run(claimed.lease, claimed.kind, about, valid.value, started, ticket)
+        return run(claimed.lease, claimed.kind, about, valid.value, identity.fingerprint, started, ticket)
     }
   }
 
-  async function run(lease: Lease, outcome: 'created' | 'reclaimed', about: About, body: Body, started: number, ticket: ClaimTicket | undefined): Promise<Response> {
+  async function run(lease: Lease, outcome: 'created' | 'reclaimed', about: About, body: Body, requestFingerprint: string, started: number, ticket: ClaimTicket | undefined): Promise<Response> {
     const { request } = about
     const deadline = deadlineSignal(budgetMs)
     ticket?.hold(lease, deadline.abort)
@@ -325,6 +346,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       }), deadline.signal)
       // The completing phase: one statement (or one short transaction), fenced by the lease.
       const stored = await completeWith(lease, body, result, requestIdOf(request), () => { completing = true })
+      cache?.set(lease.tenant, lease.key, requestFingerprint, stored, retentionSeconds)
       count(outcome, started)
       return new Response(stored.body, { status: stored.status, headers: stored.headers })
     } catch (error) {

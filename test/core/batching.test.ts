@@ -7,6 +7,8 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { claim, claimStats } from '../../src/core/claim'
+import { claimBatchSql } from '../../src/core/claim-sql'
+import { newLeaseId } from '../../src/core/lease-id'
 import { completeRows, completionStats } from '../../src/core/complete-rows'
 import { DatabaseUnavailableError, LeaseLostError } from '../../src/core/errors'
 import { reclaim } from '../../src/core/reclaim'
@@ -75,6 +77,37 @@ describe('claims', () => {
     expect(sameAsWinner.filter((kind) => kind === 'in_progress')).toHaveLength(sameAsWinner.length - 1)
     expect((created < 20 ? kinds.slice(20) : kinds.slice(0, 20)).every((kind) => kind === 'mismatch')).toBe(true)
   })
+})
+
+describe('claims', () => {
+  // Catches: a batch inserting in its members' order: two batches sharing keys in opposite orders deadlock
+  // (each waits on the other's uncommitted insert), which lock_timeout ends as a failed claim (a 503).
+  test('two batches in flight with the same keys in opposite orders both finish, one claim per key', async () => {
+    const slow = await createTestDatabase('batch_order')
+    const pools = [openPools(slow.url, { applicationName: 'order-a', shortMax: 1 }), openPools(slow.url, { applicationName: 'order-b', shortMax: 1 })]
+    try {
+      // Each insert of a key takes 0.3 s, so the two statements interleave: A has k1 when B has k2.
+      await slow.sql.unsafe(`
+        create function test_slow_insert() returns trigger language plpgsql as $$ begin perform pg_sleep(0.3); return new; end $$;
+        create trigger test_slow_insert before insert on idempotency_keys for each row execute function test_slow_insert();`)
+      const member = (key: string, n: number) => ({
+        n, tenant: 'acme', key, method: 'POST', path: '/api/payments', fingerprint: 'a'.repeat(64),
+        lease: newLeaseId(), owner: null, now: null, ttl: 30, summary: null,
+      })
+      const keys = ['k1', 'k2', 'k3']
+      const batch = (order: string[]) => order.map((key, n) => member(key, n))
+      const [a, b] = await Promise.all([
+        pools[0]!.short.unsafe<{ n: number; fresh: boolean }[]>(claimBatchSql, [JSON.stringify(batch(keys))]),
+        pools[1]!.short.unsafe<{ n: number; fresh: boolean }[]>(claimBatchSql, [JSON.stringify(batch([...keys].reverse()))]),
+      ])
+      expect(a.length + b.length).toBeLessThanOrEqual(6)
+      expect(a.filter((row) => row.fresh).length + b.filter((row) => row.fresh).length).toBe(3)
+      expect((await slow.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys`)[0]!.n).toBe(3)
+    } finally {
+      for (const pool of pools) await pool.close(1)
+      await slow.drop()
+    }
+  }, 20_000)
 })
 
 describe('declarative completions', () => {
