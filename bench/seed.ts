@@ -22,6 +22,10 @@ const SEEDED_PROCESSING = 1_000
  */
 export async function seedKeys(sql: postgres.Sql, count: number): Promise<void> {
   const done = count - SEEDED_PROCESSING
+  // Completed rows inserted whole would fill each page to the table's fillfactor (30 %: room for
+  // claims to grow into their completed size, sql/engine/00005), three times the pages the same keys
+  // take when claimed and completed in place. Inserted at 100 %, the table looks as it does in use.
+  await sql`alter table idempotency_keys set (fillfactor = 100)`
   await sql`
     insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at,
                                   response_status, response_headers, response_body)
@@ -34,6 +38,7 @@ export async function seedKeys(sql: postgres.Sql, count: number): Promise<void> 
     select 'seed-' || (i % 10), 'seed-p-' || i, 'POST', '/api/payments', encode(sha256(int8send(i)), 'hex'), 'processing', t, t
       from generate_series(1, ${SEEDED_PROCESSING}::int8) i,
            lateral (select now() - case when i % 2 = 0 then interval '1 hour' else interval '0' end as t) at`
+  await sql`alter table idempotency_keys set (fillfactor = 30)`
   await sql`analyze idempotency_keys`
 }
 

@@ -18,9 +18,10 @@ export interface BatcherOptions<Input, Output> {
   /** Runs one statement for `inputs`: one output per input, in order. */
   readonly run: (inputs: readonly Input[]) => Promise<readonly Output[]>
   /**
-   * Statements in flight at once. 2: one runs while the next fills; measured
-   * with 32 and 256 concurrent requests (BENCHMARKS.md), 1 made requests wait
-   * for a whole round trip more, 4 halved the batch size for no gain.
+   * Statements in flight at once. 2: one runs while the next fills, so a
+   * request never waits for more than the statement ahead of it; at 32
+   * concurrent fresh requests that made 5 claims per statement
+   * (BENCHMARKS.md). Other values were not measured.
    */
   readonly maxInFlight?: number
   /** Members per statement, so one statement stays short (its row locks, its plan). @default 128 */

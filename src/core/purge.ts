@@ -34,9 +34,13 @@ export async function purgeExpired(sql: Sql, options: PurgeOptions): Promise<num
   const now = options.now ?? null
   // One range of idempotency_keys_created_at, oldest first: a key past its
   // retention was created before the cut-off (policy.ts), done or released.
+  // Deleted by the ctid of the version we locked (locked, it cannot move):
+  // measured against deleting by the primary key, 75-100k rows/s instead of
+  // 52-64k on 1M keys here, and against the layout before (partial indexes on
+  // completed_at and released_at) 59-91k.
   const rows = await sql`
     with gone as (
-      select k.tenant, k.key from idempotency_keys k
+      select k.ctid from idempotency_keys k
        where ${retentionCandidate(sql, now, options.retentionSeconds)}
          and (${expired(sql, now, options.retentionSeconds)} or ${releasedExpired(sql, now, options.retentionSeconds)})
        order by k.created_at
@@ -44,7 +48,7 @@ export async function purgeExpired(sql: Sql, options: PurgeOptions): Promise<num
          for update of k skip locked
     )
     delete from idempotency_keys k
-     using gone d
-     where k.tenant = d.tenant and k.key = d.key and k.status in ('done', 'released')`
+     using gone
+     where k.ctid = gone.ctid and k.status in ('done', 'released')`
   return rows.count
 }
