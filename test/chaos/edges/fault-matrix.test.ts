@@ -158,6 +158,8 @@ interface Strike {
   arm(): Promise<void>
   /** Lands it, while the burst runs; returns what landed where, for the log. */
   land(): Promise<string>
+  /** What landed later, while the retries ran (setup's work-pool connection); awaited after them. */
+  settle?(): Promise<string>
 }
 
 function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
@@ -204,9 +206,29 @@ function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
     }
   }
 
-  // setup: the first statement of a connection the burst makes the pools open
-  // (postgres.js's type query), one in each pool.
+  // setup: the first statement of a new connection in each pool (postgres.js's
+  // type query, or whatever it sends first). The short pool's lands in the
+  // burst, on its claims. The work pool's needs a completion, and so a claim
+  // that succeeded: when the short pool's fault took every claim of the burst
+  // (batched, one statement can carry them all), it lands on the retries.
   let traps: Promise<TrapHit>[] = []
+  const landTrap = async (trap: Promise<TrapHit>): Promise<string> => {
+    const hit = await whileAlive(service, withTimeout(trap, NEW_CONNECTION_MS, 'a new pool connection to send its first statement'), 'a new pool connection\'s first statement')
+    const head = hit.statement.trim().replace(/\s+/g, ' ').slice(0, 60)
+    if (kind === 'rst') return `reset ${poolOf(hit.startup)} connection #${hit.connection.id} on its first statement (${head})`
+    await whileAlive(service, hit.reply!.complete, 'the first statement\'s answer')
+    // The server ran it: the backend's last statement is the trapped one, its answer held at the proxy.
+    const [backend] = await db.sql<Backend[]>`
+      select pid, application_name, client_port, state, query, wait_event from pg_stat_activity
+       where datname = current_database() and client_port = ${hit.connection.serverSidePort!}`
+    // pg_stat_activity keeps the first track_activity_query_size bytes (1024) of the text.
+    expect(backend?.query).toBeTruthy()
+    expect(hit.statement.startsWith(backend!.query)).toBe(true)
+    await fault('terminate', [backend!])
+    hit.reply!.drop()
+    return `terminated ${poolOf(hit.startup)} backend ${backend!.pid} after it ran its connection's first statement (${head}), its answer lost`
+  }
+  let late: Promise<string> | undefined
   return {
     async arm() {
       expect(proxy!.connections().filter((c) => poolOf(c.startup) === 'work')).toEqual([]) // no work connection yet
@@ -224,28 +246,12 @@ function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
       }))
     },
     async land() {
-      const lines: string[] = []
-      await Promise.all(traps.map(async (trap) => {
-        const hit = await whileAlive(service, withTimeout(trap, NEW_CONNECTION_MS, 'a new pool connection to send its first statement'), 'a new pool connection\'s first statement')
-        const head = hit.statement.trim().replace(/\s+/g, ' ').slice(0, 60)
-        if (kind === 'rst') {
-          lines.push(`reset ${poolOf(hit.startup)} connection #${hit.connection.id} on its first statement (${head})`)
-          return
-        }
-        await whileAlive(service, hit.reply!.complete, 'the first statement\'s answer')
-        // The server ran it: the backend's last statement is the trapped one, its answer held at the proxy.
-        const [backend] = await db.sql<Backend[]>`
-          select pid, application_name, client_port, state, query, wait_event from pg_stat_activity
-           where datname = current_database() and client_port = ${hit.connection.serverSidePort!}`
-        // pg_stat_activity keeps the first track_activity_query_size bytes (1024) of the text.
-        expect(backend?.query).toBeTruthy()
-        expect(hit.statement.startsWith(backend!.query)).toBe(true)
-        await fault('terminate', [backend!])
-        hit.reply!.drop()
-        lines.push(`terminated ${poolOf(hit.startup)} backend ${backend!.pid} after it ran its connection's first statement (${head}), its answer lost`)
-      }))
-      return lines.join('; ')
+      const [short, work] = traps.map(landTrap)
+      late = work!
+      late.catch(() => undefined) // awaited in settle()
+      return await short!
     },
+    settle: () => late!,
   }
 }
 
@@ -277,7 +283,8 @@ for (const phase of PHASES) {
       const keys = [...bodies.keys()]
 
       const t1 = performance.now()
-      const { arm, land } = strike(phase, kind, svc)
+      const strikeOf = strike(phase, kind, svc)
+      const { arm, land } = strikeOf
       await arm()
       const sends = [...keys, ...keys.slice(0, DUPLICATES)].map((key) => send(svc.url, key, bodies.get(key)!, ANSWER_TIMEOUT_MS))
       const landed = await land()
@@ -313,13 +320,14 @@ for (const phase of PHASES) {
       expect(failures).toEqual([])
       const recoveredMs = Date.now() - since
       expect(svc.alive()).toBe(true)
+      const settled = strikeOf.settle ? `; ${await strikeOf.settle()}` : ''
 
       const results = new Map(keys.map((key) => [key, [...retried.get(key)!, ...answers.filter((a) => a.key === key).map((a) => ({ status: a.status as number, replayed: false, ms: a.ms, ...(a.paymentId ? { paymentId: a.paymentId } : {}) }))]]))
       const payments = new Map([...(await paymentsByKey(db.sql))].filter(([key]) => bodies.has(key)))
       expect(exactlyOnce(results, payments)).toEqual([])
       expect(await chargedOnce(db.sql, provider, new Map(keys.map((key) => [key, bodies.get(key)!.customer])))).toEqual([])
 
-      console.log(`[edges] ${kind} during ${phase}: every key 201 within ${recoveredMs} ms of retries ` +
+      console.log(`[edges] ${kind} during ${phase}${settled}: every key 201 within ${recoveredMs} ms of retries ` +
         `(${[...retried.values()].reduce((n, a) => n + a.length, 0)} attempts); pid ${svc.pid} still serving`)
     }, 40_000)
   }
