@@ -7,11 +7,14 @@
  * the test: nothing sleeps a minute.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { keyOf, SignInThrottle, MAX_FAILURES } from '../../src/admin/throttle'
+import { keyOf, SignInThrottle } from '../../src/admin/throttle'
 import { createLogger } from '../../src/log'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { ADMIN_TOKEN, startServer } from '../support/server'
 import { api, postForm, startAdmin, type AdminServer } from '../admin/support'
+
+/** The contract's figure (SPEC "Admin": at most 10 failures in a minute), not the code's constant, so a looser limit fails here. */
+const MAX_FAILURES = 10
 
 let db: TestDatabase
 beforeAll(async () => { db = await createTestDatabase('security_throttle') })
