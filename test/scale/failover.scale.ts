@@ -22,7 +22,9 @@
  * handed out on the lost primary is handed out again on the promoted one.
  *
  * Every client retries once more at the end, as a client whose answer was
- * lost would: that is when a lost key is paid a second time.
+ * lost would, through a second instance: that is when a lost key is paid a
+ * second time. (The instance that answered replays its own answers from its
+ * replay cache, so its retries would not show the loss.)
  */
 import { afterAll, describe, expect, test } from 'bun:test'
 import postgres from 'postgres'
