@@ -55,7 +55,7 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   const inFlight = new InFlight()
   const health = new DatabaseHealth(databaseUrl, `idempotent-post:${process.pid}:health`, { pgbouncer: config.databasePgbouncer })
   // Warns at start (and exports a gauge) when commits are acknowledged before any standby has them.
-  const durability = watchDurability({ sql: pools.short, registry: metrics.registry })
+  const durability = watchDurability({ sql: pools.short, registry: metrics.registry, singleNode: config.databaseUrl === undefined })
   // Operator commands apply the server's TTL and retention, never their shell's (core/settings.ts).
   await writeServerSettings(pools.short, config)
   // One heartbeat row for this process: how force-expire tells a live owner from a dead one.

@@ -59,6 +59,11 @@ export interface DurabilityWatchOptions {
   readonly log?: Logger
   /** @default DURABILITY_CHECK_INTERVAL_MS */
   readonly intervalMs?: number
+  /**
+   * The service's own embedded PostgreSQL: one node with no standby to fail
+   * over to, so there is nothing to warn about (the gauge still says 1).
+   */
+  readonly singleNode?: boolean
 }
 
 /**
@@ -84,8 +89,10 @@ export function watchDurability(options: DurabilityWatchOptions): DurabilityWatc
     try {
       const next = await readDurability(options.sql)
       if (next.unreplicated !== current?.unreplicated) {
-        if (next.unreplicated) log.warn(`a failover may lose acknowledged payments: ${next.reason} (docs/scaling.md)`, { synchronous_commit: next.synchronousCommit, synchronous_standby_names: next.synchronousStandbyNames })
-        else if (current) log.info('commits wait for a synchronous standby again', { synchronous_commit: next.synchronousCommit, synchronous_standby_names: next.synchronousStandbyNames })
+        const settings = { synchronous_commit: next.synchronousCommit, synchronous_standby_names: next.synchronousStandbyNames }
+        if (next.unreplicated && options.singleNode) log.info('commits are not replicated: the embedded PostgreSQL is a single node, for development (set DATABASE_URL for production)', settings)
+        else if (next.unreplicated) log.warn(`a failover may lose acknowledged payments: ${next.reason} (docs/scaling.md)`, settings)
+        else if (current) log.info('commits wait for a synchronous standby again', settings)
       }
       current = next
       gauge.set(next.unreplicated ? 1 : 0)

@@ -55,6 +55,19 @@ test('watchDurability logs one warning for a state that lasts, and sets the gaug
   }
 })
 
+test('on the embedded single node it says so at info, without the failover warning; the gauge is still 1', async () => {
+  const lines: string[] = []
+  const registry = new Registry()
+  const watch = watchDurability({ sql: db.sql, registry, log: createLogger({ sink: (line) => lines.push(line) }), intervalMs: 20, singleNode: true })
+  try {
+    await waitFor(async () => (await registry.metrics()).includes(`${COMMIT_UNREPLICATED_METRIC} 1`) && lines.length > 0, 'the gauge at 1 and the line')
+    expect(lines.filter((l) => l.includes('a failover may lose acknowledged payments'))).toEqual([])
+    expect(JSON.parse(lines[0]!)).toMatchObject({ level: 'info', msg: expect.stringContaining('single node') })
+  } finally {
+    watch.stop()
+  }
+})
+
 test('the service warns at start and exports the gauge', async () => {
   const server = await startServer(db.url)
   try {
