@@ -126,7 +126,7 @@ async function runClaims(sql: Sql, members: readonly ClaimMember[]): Promise<(Cl
  * an answer ready after 5 ms); a long-running one spaces its retries out, and
  * none is told to come back after the key could have been reclaimed.
  */
-function inProgress(ttlLeftSeconds: number, ageSeconds: number): ClaimResult {
+export function inProgress(ttlLeftSeconds: number, ageSeconds: number): ClaimResult & { kind: 'in_progress' } {
   const seconds = Math.min(Math.ceil(ageSeconds), Math.ceil(ttlLeftSeconds))
   return { kind: 'in_progress', retryAfterSeconds: Math.max(1, seconds) }
 }

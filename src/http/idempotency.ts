@@ -2,7 +2,7 @@ import type postgres from 'postgres'
 import { Elysia } from 'elysia'
 import type { TSchema } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { claim } from '../core/claim'
+import { claim, inProgress } from '../core/claim'
 import { complete, type TransactionSql } from '../core/complete'
 import { deadlineSignal, DeadlineExceededError, executionBudgetMs, ShuttingDownError } from '../core/deadline'
 import { downstreamKey } from '../core/downstream-key'
@@ -11,6 +11,7 @@ import { fingerprint } from '../core/fingerprint'
 import { newLeaseId } from '../core/lease-id'
 import { release, type ReleaseReason } from '../core/release'
 import { ReplayCache } from './replay-cache'
+import { RunningKeys } from './running-keys'
 import { completeRows, type RowWrites } from '../core/complete-rows'
 import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
@@ -237,6 +238,8 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   const catalogue: ProblemCatalogue<string> = route.problems ? PLUGIN_PROBLEMS.with(route.problems) : PLUGIN_PROBLEMS
   const event = { route: route.path }
   const cache = options.now ? undefined : new ReplayCache(options.replayCacheEntries ?? DEFAULT_REPLAY_CACHE_ENTRIES)
+  // Keys this process runs now: their retries here are answered without a claim statement.
+  const running = options.now ? undefined : new RunningKeys()
 
   function count(outcome: Outcome, started: number): void {
     notify('onOutcome', hooks.onOutcome, { route: route.path, outcome, seconds: (performance.now() - started) / 1000 })
@@ -287,6 +290,17 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       count('replayed', started)
       return replay(cached.response)
     }
+    // A key this process is running: 409 for its request, 422 for another, as the claim would answer.
+    const mine = running?.get(tenant, key)
+    if (mine) {
+      if (mine.fingerprint !== identity.fingerprint) {
+        count('mismatch', started)
+        return problemResponse(problem('idempotency-key-reused'))
+      }
+      const ageSeconds = (performance.now() - mine.since) / 1000
+      count('in_progress', started)
+      return problemResponse({ ...problem('in-progress'), retryAfterSeconds: inProgress(ttlSeconds - ageSeconds, ageSeconds).retryAfterSeconds })
+    }
 
     // The lease is ours before the claim is sent: listed with the heartbeat
     // from now on, and known to us if the claim's answer never arrives.
@@ -332,6 +346,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const { request } = about
     const deadline = deadlineSignal(budgetMs)
     ticket?.hold(lease, deadline.abort)
+    const leave = running?.enter(lease.tenant, lease.key, requestFingerprint, budgetMs)
     let completing = false
     try {
       // The external phase: no connection held, no transaction open.
@@ -365,6 +380,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       const state = released ? 'released' : completing && isUnavailable(error) ? 'unknown' : 'kept'
       return failure(error, started, state, about, lease)
     } finally {
+      leave?.()
       deadline.clear()
       ticket?.end()
     }
