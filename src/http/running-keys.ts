@@ -8,7 +8,9 @@
  * retry can reclaim it before the TTL and an operator cannot force-expire it
  * while our heartbeat lists the lease. Past the deadline the entry is not
  * used, and the database answers, as it does for retries landing on other
- * processes.
+ * processes. (A process frozen until its heartbeat went stale may have been
+ * force-expired: once it runs again, its own retries get 409 until the run
+ * ends, never a second run here, while other processes may run it again.)
  *
  * Why: under a retry storm of one in-flight key, every 409 otherwise costs a
  * claim statement, queued behind the batch in flight (BENCHMARKS.md, "409s").
