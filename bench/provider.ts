@@ -68,3 +68,28 @@ export async function startProvider(delayMs: number): Promise<BenchProvider> {
     throw error
   }
 }
+
+/**
+ * A provider that holds every charge until `release()`, then refuses it (503,
+ * nothing charged): it keeps one request of the service in flight for as long
+ * as the 409 storm on its key lasts. In the bench process; no ledger.
+ */
+export function startHoldingProvider(): { readonly url: string; release(): void; stop(): void } {
+  const waiting = new Set<() => void>()
+  let released = false
+  const server = Bun.serve({
+    hostname: '127.0.0.1',
+    port: 0,
+    async fetch(request) {
+      if (!released) await new Promise<void>((resolve) => waiting.add(resolve))
+      await request.arrayBuffer()
+      return Response.json({ error: 'refused: the bench held this charge and never made it' }, { status: 503 })
+    },
+  })
+  const release = () => {
+    released = true
+    for (const go of waiting) go()
+    waiting.clear()
+  }
+  return { url: `http://127.0.0.1:${server.port}`, release, stop: () => { release(); void server.stop(true) } }
+}

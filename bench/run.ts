@@ -39,12 +39,12 @@ import { freshDatabase } from './database'
 import { runLoad, summarize, round2, type CpuTotals, type LoadResult, type RoundResult, type Throughput } from './load'
 import { timePurge, timeScrapes } from './maintenance'
 import { readStatements, resetStatements } from './pg-statements'
-import { startProvider, type BenchProvider, type LedgerCharge } from './provider'
+import { startHoldingProvider, startProvider, type BenchProvider, type LedgerCharge } from './provider'
 import { report, type Results } from './report'
 import { measureRoundTrips, paymentBody } from './round-trips'
 import { seedKeys } from './seed'
 import { BENCH_API_KEY, startService, type Service } from './service'
-import { runStorm, STORM_CONNECTIONS, STORM_WAVES } from './storm'
+import { keyRunElsewhere, keyRunHere, runStorm, STORM_CONNECTIONS, STORM_WAVES, type Load } from './storm'
 import { startStress, stressAvailable, STRESS_COMMAND, STRESS_INSTALL_HINT, type Stress } from './stress'
 import { indexChurn, readTableCounters, updatedTables, waitForBackendsGone } from './table-stats'
 
@@ -222,18 +222,31 @@ async function main(): Promise<void> {
     const indexes = await indexChurn(sql, tables.map((t) => t.table))
     const tablesLoadAverage = load1()
 
-    const after = await startedService(instant, { METRICS_CACHE_MS: '0' })
-    log(`409s: ${STORM_CONNECTIONS} concurrent retries of one in-flight key, ${STORM_WAVES} waves, then ${SETTINGS.connections} at a time for ${SETTINGS.roundSeconds} s`)
-    const stormLoadBefore = load1()
-    const storm = await runStorm(sql, after.url, (path, request, extra) => runLoad({
+    // The 409 storms' service charges through a provider that holds its one charge (the key it runs itself).
+    const holding = startHoldingProvider()
+    const after = await startedService({ ...instant, url: holding.url }, { METRICS_CACHE_MS: '0' })
+    const stormLoad: Load = (path, request, extra) => runLoad({
       url: `${after.url}${path}`, connections: extra.connections ?? SETTINGS.connections, headers, request,
       ...(extra.amount !== undefined ? { amount: extra.amount } : { durationS: extra.durationS ?? SETTINGS.roundSeconds }),
-    }), {
+    })
+    const moderate = {
       connections: SETTINGS.connections,
       seconds: SETTINGS.roundSeconds,
-      measure: (work) => measureCpu(sql, database, { service: after.proc.pid, provider: instant.pid }, work),
-    })
+      measure: (work: () => Promise<LoadResult>) => measureCpu(sql, database, { service: after.proc.pid, provider: instant.pid }, work),
+    }
+    log(`409s of a key another process runs: ${STORM_CONNECTIONS} concurrent retries, ${STORM_WAVES} waves, then ${SETTINGS.connections} at a time for ${SETTINGS.roundSeconds} s`)
+    const stormLoadBefore = load1()
+    const storm = await runStorm(after.url, stormLoad, await keyRunElsewhere(sql), moderate)
     const stormLoadAverage = { min: Math.min(stormLoadBefore, load1()), max: Math.max(stormLoadBefore, load1()) }
+    log('409s of a key this service runs itself (its request held at the provider): the same three phases')
+    const ownLoadBefore = load1()
+    const here = await keyRunHere(sql, after.url, headers)
+    const stormHere = await runStorm(after.url, stormLoad, here, moderate)
+    const ownLoadAverage = { min: Math.min(ownLoadBefore, load1()), max: Math.max(ownLoadBefore, load1()) }
+    holding.release()
+    const heldAnswer = await here.answered
+    if (heldAnswer !== 502) throw new Error(`the held request answered ${heldAnswer}, not 502 (refused by the holding provider)`)
+    holding.stop()
 
     let scrape: Results['scrape'] = undefined
     let purge: Results['purge'] = undefined
@@ -266,6 +279,7 @@ async function main(): Promise<void> {
       tables: { changes: tables, indexes, loadAverage: tablesLoadAverage },
       statements,
       storm: { ...storm, loadAverage: stormLoadAverage },
+      stormHere: { ...stormHere, loadAverage: ownLoadAverage },
       scrape,
       purge,
       totalSeconds: Math.round((performance.now() - runStarted) / 1000),

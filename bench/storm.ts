@@ -14,21 +14,58 @@ export type Load = (
   extra: { connections?: number; amount?: number; durationS?: number },
 ) => Promise<LoadResult>
 
+/** The in-flight key a storm retries, and how to keep it in flight. */
+export interface InFlightKey {
+  readonly key: string
+  readonly body: ReturnType<typeof paymentBody>
+  /** Called before each phase: keeps the key from turning stale (reclaimable). */
+  readonly young: () => Promise<void>
+}
+
 /**
- * A key in flight, made by seed.ts as a live worker leaves it. Then its
- * retries: one wave of 300 at once, ten waves back to back on 300
- * connections, and 32 at a time for `moderateSeconds`. The key is made young
- * again before each phase, so it never grows stale (reclaimable) on a slow
- * machine.
+ * A key another process is running, as a live worker there leaves it (a
+ * `processing` row, young, no lock: atomic phases hold nothing across the
+ * foreign call), made by seed.ts: every retry is answered by the claim
+ * statement. The key is made young again before each phase, so it never
+ * grows stale on a slow machine.
  */
-export async function runStorm(
-  sql: postgres.Sql, baseUrl: string, load: Load,
-  moderate: { connections: number; seconds: number; measure: (work: () => Promise<LoadResult>) => Promise<{ result: LoadResult; cpu: CpuTotals }> },
-) {
+export async function keyRunElsewhere(sql: postgres.Sql): Promise<InFlightKey> {
   const key = 'storm-key'
   const body = paymentBody(0)
   await insertInFlightKey(sql, BENCH_TENANT, key, '/api/payments', body)
-  const young = () => keepInFlightKeyYoung(sql, BENCH_TENANT, key)
+  return { key, body, young: () => keepInFlightKeyYoung(sql, BENCH_TENANT, key) }
+}
+
+/**
+ * A key the service under load is running itself: a real request, held at a
+ * provider that does not answer until `release` (then it refuses, so nothing
+ * is charged and the key is released). Its retries on the same process are
+ * answered from memory (src/http/running-keys.ts) until the run's deadline,
+ * TTL minus a tenth: the phases take seconds, well inside it.
+ */
+export async function keyRunHere(sql: postgres.Sql, baseUrl: string, headers: Record<string, string>): Promise<InFlightKey & { readonly answered: Promise<number> }> {
+  const key = 'storm-key-here'
+  const body = paymentBody(1)
+  const answered = fetch(`${baseUrl}/api/payments`, { method: 'POST', headers: { ...headers, 'idempotency-key': key }, body: JSON.stringify(body) })
+    .then(async (response) => { await response.arrayBuffer(); return response.status }, () => 0)
+  const deadline = Date.now() + 10_000
+  while (Date.now() < deadline) {
+    const [row] = await sql<{ status: string }[]>`select status from idempotency_keys where tenant = ${BENCH_TENANT} and key = ${key}`
+    if (row?.status === 'processing') return { key, body, young: async () => undefined, answered }
+    await Bun.sleep(10)
+  }
+  throw new Error(`the held request for ${key} did not claim its key within 10 s`)
+}
+
+/**
+ * Retries of an in-flight key: one wave of 300 at once, ten waves back to
+ * back on 300 connections, and 32 at a time for `moderateSeconds`.
+ */
+export async function runStorm(
+  baseUrl: string, load: Load, inFlight: InFlightKey,
+  moderate: { connections: number; seconds: number; measure: (work: () => Promise<LoadResult>) => Promise<{ result: LoadResult; cpu: CpuTotals }> },
+) {
+  const { key, body, young } = inFlight
   const request = () => ({ body: JSON.stringify(body), key })
   await young()
   const single = await load('/api/payments', request, { connections: STORM_CONNECTIONS, amount: STORM_CONNECTIONS })
