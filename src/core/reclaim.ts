@@ -45,11 +45,7 @@ export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOve
         delete from idempotency_processing pr using target t
          where pr.stale_at = t.stale_at and pr.tenant = t.tenant and pr.key = t.key
       ),
-      listed as (
-        insert into idempotency_processing (stale_at, tenant, key, locked_at)
-        select stale_at, tenant, key, locked_at from taken
-      )
-      select lease::text as lease, attempts, request_id::text as request_id from taken`
+      ${listTaken(sql)}`
     return row
   })
 }
@@ -82,11 +78,7 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
          where k.tenant = target.tenant and k.key = target.key
         returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
       ),
-      listed as (
-        insert into idempotency_processing (stale_at, tenant, key, locked_at)
-        select stale_at, tenant, key, locked_at from taken
-      )
-      select lease::text as lease, attempts, request_id::text as request_id from taken`
+      ${listTaken(sql)}`
     return row
   })
 }
@@ -117,16 +109,22 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
          where k.tenant = target.tenant and k.key = target.key
         returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
       ),
-      listed as (
-        insert into idempotency_processing (stale_at, tenant, key, locked_at)
-        select stale_at, tenant, key, locked_at from taken
-      )
-      select lease::text as lease, attempts, request_id::text as request_id from taken`
+      ${listTaken(sql)}`
     return row
   })
 }
 
 interface TakenRow { lease: string; attempts: number; request_id: string }
+
+/** The end of every take-over: the taken key listed in processing under its new deadline, and its new lease. */
+function listTaken(sql: Sql) {
+  return sql`
+      listed as (
+        insert into idempotency_processing (stale_at, tenant, key, locked_at)
+        select stale_at, tenant, key, locked_at from taken
+      )
+      select lease::text as lease, attempts, request_id::text as request_id from taken`
+}
 
 /** A claimant, with the lease it takes the key under (drawn by the caller, lease-id.ts; @default a new one). */
 export type Taker = Claimant

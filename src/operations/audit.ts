@@ -1,6 +1,7 @@
 /** Reading the audit trail: newest first, filtered; one entry. Writes go through core/audit.ts. */
 import { AUDIT_ACTIONS, type AuditAction } from '../core/audit'
 import { OperationInputError, type OperationsContext } from './context'
+import { pageLimit } from './list'
 
 export interface AuditRecord {
   readonly id: string
@@ -65,8 +66,7 @@ export interface AuditPage {
  */
 export async function listAudit(context: OperationsContext, filters: AuditFilters = {}): Promise<AuditPage> {
   const { sql } = context
-  const limit = filters.limit ?? 50
-  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_AUDIT_PAGE) throw new OperationInputError(`limit must be a whole number from 1 to ${MAX_AUDIT_PAGE}`)
+  const limit = pageLimit(filters.limit, MAX_AUDIT_PAGE)
   const entries = await sql<AuditRecord[]>`
     select id::text, at, actor, action, tenant, key, outcome, detail
       from idempotency_audit a

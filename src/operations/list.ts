@@ -31,6 +31,13 @@ export interface KeyPage {
 export const MAX_PAGE_SIZE = 500
 export const DEFAULT_PAGE_SIZE = 50
 
+/** The page size asked for, or `fallback`; anything but a whole number from 1 to `max` is the caller's mistake. */
+export function pageLimit(limit: number | undefined, max = MAX_PAGE_SIZE, fallback = DEFAULT_PAGE_SIZE): number {
+  const value = limit ?? fallback
+  if (!Number.isInteger(value) || value < 1 || value > max) throw new OperationInputError(`limit must be a whole number from 1 to ${max}`)
+  return value
+}
+
 export interface PageRequest {
   /** A cursor from the previous page's nextCursor. */
   readonly cursor?: string | undefined
@@ -66,8 +73,7 @@ interface Row {
  */
 export async function listKeys(context: OperationsContext, filters: KeyFilters, page: PageRequest = {}): Promise<KeyPage> {
   const { sql } = context
-  const limit = page.limit ?? DEFAULT_PAGE_SIZE
-  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE) throw new OperationInputError(`limit must be a whole number from 1 to ${MAX_PAGE_SIZE}`)
+  const limit = pageLimit(page.limit)
   const after = page.cursor ? decodeCursor(page.cursor) : undefined
   const now = context.now?.() ?? null
   const rows = await sql<Row[]>`

@@ -15,7 +15,7 @@ import { RELEASE_REASONS, type ReleaseReason } from '../core/release'
 import { releasedExpired } from '../core/policy'
 import { OperationInputError, type OperationsContext } from './context'
 import { decodeCursor, encodeCursor } from './cursor'
-import { DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, type PageRequest } from './list'
+import { pageLimit, type PageRequest } from './list'
 
 export interface ReleasedKey {
   readonly tenant: string
@@ -71,8 +71,7 @@ interface Row {
  */
 export async function listReleased(context: OperationsContext, filters: ReleasedFilters, page: PageRequest = {}): Promise<ReleasedPage> {
   const { sql } = context
-  const limit = page.limit ?? DEFAULT_PAGE_SIZE
-  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE_SIZE) throw new OperationInputError(`limit must be a whole number from 1 to ${MAX_PAGE_SIZE}`)
+  const limit = pageLimit(page.limit)
   const after = page.cursor ? decodeCursor(page.cursor) : undefined
   const now = context.now?.() ?? null
   const rows = await sql<Row[]>`
