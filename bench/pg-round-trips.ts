@@ -1,4 +1,5 @@
 import type { Socket, TCPSocketListener } from 'bun'
+import { flushQueued, sendQueued } from '../test/support/socket-queue'
 
 /**
  * A TCP proxy between the service and PostgreSQL that reads the wire protocol
@@ -203,23 +204,8 @@ export async function startRoundTripCounter(target: string): Promise<RoundTripCo
     if (COMMIT.test(text)) counts.commits += 1
   }
 
-  /** Writes with backpressure: what the socket does not take now goes out on `drain`. */
-  const send = (socket: Socket<any> | undefined, queue: Uint8Array[], bytes: Uint8Array) => {
-    queue.push(new Uint8Array(bytes)) // a copy: the runtime may reuse the chunk it handed us
-    if (socket) flush(socket, queue)
-  }
-  const flush = (socket: Socket<any>, queue: Uint8Array[]) => {
-    while (queue.length > 0) {
-      const chunk = queue[0]!
-      const written = socket.write(chunk)
-      if (written < 0) return // closed
-      if (written < chunk.length) {
-        queue[0] = chunk.subarray(written)
-        return
-      }
-      queue.shift()
-    }
-  }
+  const send = sendQueued
+  const flush = flushQueued
 
   const listener: TCPSocketListener<Link> = Bun.listen<Link>({
     hostname: '127.0.0.1',

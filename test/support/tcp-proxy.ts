@@ -1,4 +1,5 @@
 import type { Socket, TCPSocketListener } from 'bun'
+import { flushQueued, sendQueued } from './socket-queue'
 
 /**
  * A TCP proxy between a service and PostgreSQL that can make connections
@@ -199,24 +200,8 @@ export async function startTcpProxy(databaseUrl: string): Promise<TcpProxy> {
     return out
   }
 
-  /** Writes with backpressure: what the socket does not take now goes out on `drain`, in order. */
-  const send = (socket: Socket<any> | undefined, queue: Uint8Array[], bytes: Uint8Array) => {
-    if (bytes.length === 0) return
-    queue.push(bytes)
-    if (socket) flush(socket, queue)
-  }
-  const flush = (socket: Socket<any>, queue: Uint8Array[]) => {
-    while (queue.length > 0) {
-      const chunk = queue[0]!
-      const written = socket.write(chunk)
-      if (written < 0) return // closed
-      if (written < chunk.length) {
-        queue[0] = chunk.subarray(written)
-        return
-      }
-      queue.shift()
-    }
-  }
+  const send = sendQueued
+  const flush = flushQueued
 
   const finish = (pair: Pair) => {
     if (pair.done) return
