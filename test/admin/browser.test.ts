@@ -11,13 +11,13 @@
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { mkdirSync, readFileSync } from 'node:fs'
-import { chromium, type Browser, type Locator, type Page } from 'playwright-core'
+import { type Browser, type Locator, type Page } from 'playwright-core'
+import { launchChromium } from '../support/browser'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { ADMIN_TOKEN, startServer, type ServerProcess } from '../support/server'
 import { keyInProcessing, stuckKey } from './support'
 
 const SHOTS = process.env.UPDATE_SCREENSHOTS === '1' ? 'docs/img' : 'test-artifacts'
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
 const STUCK = 'order-7731-retry'
 const LONG_KEY = 'mobile-app-v4.12.0/checkout/retry/2f9c1e6a-8d4b-4c1f-9a57-3e0b1c2d4f60'
 const HOSTILE = '<script>alert(1)</script>'
@@ -31,7 +31,7 @@ beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true })
   db = await createTestDatabase('admin_browser')
   server = await startServer(db.url, { IDEMPOTENCY_TTL_SECONDS: '30', ADMIN_TOKENS: `alice:${ALICE_TOKEN}` })
-  browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium', args: CHROMIUM_ARGS })
+  browser = await launchChromium()
 }, 60_000)
 afterAll(async () => {
   await browser?.close()

@@ -11,13 +11,13 @@
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { mkdirSync, readFileSync } from 'node:fs'
-import { chromium, type Browser } from 'playwright-core'
+import { type Browser } from 'playwright-core'
+import { launchChromium } from '../support/browser'
 import { downstreamKey } from '../../src/core/downstream-key'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { ADMIN_TOKEN, startServer, type ServerProcess } from '../support/server'
 
 const SHOTS = 'test-artifacts'
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
 const HOSTILE_CUSTOMER = '<img src=x onerror=alert(1)>'
 
 let db: TestDatabase
@@ -27,7 +27,7 @@ beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true })
   db = await createTestDatabase('admin_runbook_browser')
   server = await startServer(db.url)
-  browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium', args: CHROMIUM_ARGS })
+  browser = await launchChromium()
 }, 60_000)
 afterAll(async () => {
   await browser?.close()

@@ -7,11 +7,11 @@
  * render every operation, and no request left the origin, no CSP violation.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { chromium, type Browser, type Page } from 'playwright-core'
+import { type Browser, type Page } from 'playwright-core'
+import { launchChromium } from '../support/browser'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { ADMIN_TOKEN, startServer, type ServerProcess } from '../support/server'
 
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
 
 let db: TestDatabase
 let server: ServerProcess
@@ -19,7 +19,7 @@ let browser: Browser
 beforeAll(async () => {
   db = await createTestDatabase('security_docs')
   server = await startServer(db.url)
-  browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium', args: CHROMIUM_ARGS })
+  browser = await launchChromium()
 }, 60_000)
 afterAll(async () => {
   await browser?.close()
