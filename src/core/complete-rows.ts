@@ -2,6 +2,7 @@ import type postgres from 'postgres'
 import { Batcher } from './batcher'
 import { COMPLETION_TIMEOUT_MS, type CompleteOptions } from './complete'
 import { DatabaseUnavailableError, isDataError, isUnavailable, LeaseLostError } from './errors'
+import { FEW_MEMBERS } from './batch-input'
 import type { Lease, StoredResponse } from './types'
 
 /** Rows to insert, by table: the business writes of a declarative recording step. */
@@ -124,6 +125,7 @@ export function completionStatement(members: readonly Member[]): { text: string;
   with input as (
     select * from jsonb_to_recordset($1::text::jsonb)
       as i(n int, tenant text, key text, lease bigint, status smallint, headers jsonb, body text, at timestamptz)
+     where ${FEW_MEMBERS}
   ),
   before as (
     select k.tenant, k.key, k.stale_at from input i join idempotency_keys k on k.tenant = i.tenant and k.key = i.key
@@ -145,5 +147,6 @@ export function completionStatement(members: readonly Member[]): { text: string;
     n, tenant: member.tenant, key: member.key, lease: member.lease,
     status: member.response.status, headers: member.response.headers, body: member.response.body, at: member.at,
   }))
-  return { text, parameters: [JSON.stringify(input), JSON.stringify(rows)] }
+  // $2 only when some INSERT reads it: PostgreSQL refuses a parameter it cannot type (42P18).
+  return { text, parameters: groups.size > 0 ? [JSON.stringify(input), JSON.stringify(rows)] : [JSON.stringify(input)] }
 }
