@@ -22,7 +22,7 @@ export function cpuMicros(pid: number): number {
 }
 
 /** All CPUs' busy and total time since boot, in USER_HZ ticks, from the first line of /proc/stat. */
-function machineTicks(): { busy: number; total: number } {
+export function machineTicks(): { busy: number; total: number } {
   try {
     const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1, 9).map(Number)
     const total = fields.reduce((sum, x) => sum + x, 0)

@@ -1,8 +1,8 @@
 /**
  * `bun bench/profile.ts <kind> [seconds] [connections]`: one kind alone
  * against the instant provider, profiled, so a profile shows that kind's
- * costs and nothing else's. Kinds: fresh, replay, naive, naive-replay,
- * baseline.
+ * costs and nothing else's. Kinds: fresh, replay (the yardstick is an app
+ * of its own, bench/naive-app.ts: profile it with `bun --cpu-prof-md`).
  *
  * - The service runs with Bun's sampling profiler (`--cpu-prof-md`, the
  *   Markdown form: self and total time per function) and writes it to
@@ -18,8 +18,6 @@
  */
 import { mkdirSync } from 'node:fs'
 import postgres from 'postgres'
-import { BENCH_BASELINE_ROUTE } from '../src/payments/bench-baseline'
-import { BENCH_NAIVE_ROUTE } from '../src/payments/bench-naive'
 import { measureCpu } from './cpu'
 import { freshDatabase } from './database'
 import { runLoad } from './load'
@@ -28,7 +26,7 @@ import { startProvider } from './provider'
 import { paymentBody } from './round-trips'
 import { BENCH_API_KEY, startService } from './service'
 
-const KINDS = ['fresh', 'replay', 'naive', 'naive-replay', 'baseline'] as const
+const KINDS = ['fresh', 'replay'] as const
 type Kind = (typeof KINDS)[number]
 const kind = process.argv[2] as Kind
 if (!KINDS.includes(kind)) throw new Error(`usage: bun bench/profile.ts <${KINDS.join('|')}> [seconds=10] [connections=32]`)
@@ -39,10 +37,10 @@ const DIR = '.data/bench-profile'
 const REPLAY_KEYS = 2_000
 
 const headers = { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' }
-const path = kind === 'baseline' ? BENCH_BASELINE_ROUTE : kind.startsWith('naive') ? BENCH_NAIVE_ROUTE : '/api/payments'
+const path = '/api/payments'
 const request = (prefix: string, modulo?: number) => (n: number) => {
   const k = modulo ? n % modulo : n
-  return { body: JSON.stringify(paymentBody(k)), ...(kind === 'baseline' ? {} : { key: `${prefix}-${k}` }) }
+  return { body: JSON.stringify(paymentBody(k)), key: `${prefix}-${k}` }
 }
 
 mkdirSync(DIR, { recursive: true })

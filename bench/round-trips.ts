@@ -1,10 +1,9 @@
 import { loadavg } from 'node:os'
 import postgres from 'postgres'
-import { BENCH_BASELINE_ROUTE } from '../src/payments/bench-baseline'
-import { BENCH_NAIVE_ROUTE } from '../src/payments/bench-naive'
 import { runLoad } from './load'
 import { difference, startRoundTripCounter, type Counts } from './pg-round-trips'
 import { insertInFlightKey } from './seed'
+import { NAIVE_API_KEY, startNaiveApp } from './naive-process'
 import { BENCH_API_KEY, BENCH_TENANT, startService } from './service'
 
 /** What one request costs on the wire, per request (means over the requests of a kind). */
@@ -98,59 +97,68 @@ export function wireCost(counts: Counts, requests: number): WireCost {
  * time (how many requests one round trip serves).
  */
 export async function measureRoundTrips(databaseUrl: string, providerUrl: string, concurrent: { connections: number; requests: number }): Promise<RoundTrips> {
+  // The service and the naive app (bench/naive-app.ts), each behind a counter of its own.
   const counter = await startRoundTripCounter(databaseUrl)
+  const naiveCounter = await startRoundTripCounter(databaseUrl)
   const service = await startService(counter.url, providerUrl)
+  const naiveApp = await startNaiveApp(naiveCounter.url, providerUrl)
   const sql = postgres(databaseUrl, { max: 1, onnotice: () => undefined })
-  const headers = { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' }
-  const post = (path: string, key: string | undefined, n: number) => fetch(`${service.url}${path}`, {
+  const BASELINE = 'naive:/baseline'
+  const NAIVE = 'naive:/payments'
+  const target = (path: string) => path.startsWith('naive:')
+    ? { url: `${naiveApp.url}${path.slice('naive:'.length)}`, counter: naiveCounter, key: NAIVE_API_KEY }
+    : { url: `${service.url}${path}`, counter, key: BENCH_API_KEY }
+  const post = (path: string, key: string | undefined, n: number) => fetch(target(path).url, {
     method: 'POST',
-    headers: { ...headers, ...(key ? { 'idempotency-key': key } : {}) },
+    headers: { authorization: `Bearer ${target(path).key}`, 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) },
     body: JSON.stringify(paymentBody(n)),
   }).then(async (response) => {
     await response.arrayBuffer()
     return response.status
   })
-  async function measure(count: number, send: (i: number) => Promise<number>, expected: number): Promise<WireCost> {
-    const before = counter.snapshot()
+  async function measure(count: number, path: string, send: (i: number) => Promise<number>, expected: number): Promise<WireCost> {
+    const { counter: counted } = target(path)
+    const before = counted.snapshot()
     for (let i = 0; i < count; i++) {
       const status = await send(i)
-      if (status !== expected) throw new Error(`round-trip count: expected ${expected}, got ${status}; the service said:\n${service.output().slice(-2000)}`)
+      if (status !== expected) throw new Error(`round-trip count on ${path}: expected ${expected}, got ${status}; the service said:\n${service.output().slice(-2000)}\nthe naive app:\n${naiveApp.output().slice(-1000)}`)
     }
-    return wireCost(difference(counter.snapshot(), before), count)
+    return wireCost(difference(counted.snapshot(), before), count)
   }
   async function measureConcurrent(path: string, prefix: string, requests: number): Promise<WireCost> {
-    const before = counter.snapshot()
+    const { url, counter: counted, key: apiKey } = target(path)
+    const before = counted.snapshot()
     const result = await runLoad({
-      url: `${service.url}${path}`, connections: concurrent.connections, amount: requests, headers,
+      url, connections: concurrent.connections, amount: requests, headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
       request: (n) => ({ body: JSON.stringify(paymentBody(n)), key: `${prefix}-${n}` }),
     })
-    const counts = difference(counter.snapshot(), before)
+    const counts = difference(counted.snapshot(), before)
     if ((result.byStatus['201'] ?? 0) !== result.requests) throw new Error(`round-trip count at ${concurrent.connections} connections on ${path}: ${JSON.stringify(result.byStatus)}`)
     return wireCost(counts, result.requests)
   }
   try {
     const key = (kind: string, i: number) => `rt-${kind}-${i}`
     // Warm up every connection's prepared statements, so describes drop out (the naive route also makes its table here).
-    await measure(WARMUP, (i) => post('/api/payments', key('warm', i), i), 201)
-    await measure(WARMUP, (i) => post('/api/payments', key('warm', i), i), 201)
-    await measure(WARMUP, (i) => post(BENCH_BASELINE_ROUTE, undefined, i), 201)
-    await measure(WARMUP, (i) => post(BENCH_NAIVE_ROUTE, `naive-${key('warm', i)}`, i), 201)
-    await measure(WARMUP, (i) => post(BENCH_NAIVE_ROUTE, `naive-${key('warm', i)}`, i), 201)
-    const fresh = await measure(SAMPLES, (i) => post('/api/payments', key('fresh', i), i), 201)
-    const replay = await measure(SAMPLES, (i) => post('/api/payments', key('fresh', i), i), 201)
-    const baseline = await measure(SAMPLES, (i) => post(BENCH_BASELINE_ROUTE, undefined, i), 201)
-    const naive = await measure(SAMPLES, (i) => post(BENCH_NAIVE_ROUTE, `naive-${key('fresh', i)}`, i), 201)
-    const naiveReplay = await measure(SAMPLES, (i) => post(BENCH_NAIVE_ROUTE, `naive-${key('fresh', i)}`, i), 201)
+    await measure(WARMUP, '/api/payments', (i) => post('/api/payments', key('warm', i), i), 201)
+    await measure(WARMUP, '/api/payments', (i) => post('/api/payments', key('warm', i), i), 201)
+    await measure(WARMUP, BASELINE, (i) => post(BASELINE, undefined, i), 201)
+    await measure(WARMUP, NAIVE, (i) => post(NAIVE, `naive-${key('warm', i)}`, i), 201)
+    await measure(WARMUP, NAIVE, (i) => post(NAIVE, `naive-${key('warm', i)}`, i), 201)
+    const fresh = await measure(SAMPLES, '/api/payments', (i) => post('/api/payments', key('fresh', i), i), 201)
+    const replay = await measure(SAMPLES, '/api/payments', (i) => post('/api/payments', key('fresh', i), i), 201)
+    const baseline = await measure(SAMPLES, BASELINE, (i) => post(BASELINE, undefined, i), 201)
+    const naive = await measure(SAMPLES, NAIVE, (i) => post(NAIVE, `naive-${key('fresh', i)}`, i), 201)
+    const naiveReplay = await measure(SAMPLES, NAIVE, (i) => post(NAIVE, `naive-${key('fresh', i)}`, i), 201)
     const busy = 'rt-busy'
     await insertInFlightKey(sql, BENCH_TENANT, busy, '/api/payments', paymentBody(0))
-    const inProgress = await measure(SAMPLES, () => post('/api/payments', busy, 0), 409)
+    const inProgress = await measure(SAMPLES, '/api/payments', () => post('/api/payments', busy, 0), 409)
 
     // Concurrent: warm every pool connection first (the pools open lazily), then count.
     const many = Math.max(concurrent.connections * 4, 200)
     await measureConcurrent('/api/payments', 'rt-cwarm', many)
-    await measureConcurrent(BENCH_NAIVE_ROUTE, 'naive-rt-cwarm', many)
+    await measureConcurrent(NAIVE, 'naive-rt-cwarm', many)
     const concurrentFresh = await measureConcurrent('/api/payments', 'rt-c', concurrent.requests)
-    const concurrentNaive = await measureConcurrent(BENCH_NAIVE_ROUTE, 'naive-rt-c', concurrent.requests)
+    const concurrentNaive = await measureConcurrent(NAIVE, 'naive-rt-c', concurrent.requests)
     return {
       sequential: { fresh, replay, inProgress, baseline, naive, naiveReplay },
       concurrent: { connections: concurrent.connections, fresh: concurrentFresh, naive: concurrentNaive },
@@ -158,7 +166,9 @@ export async function measureRoundTrips(databaseUrl: string, providerUrl: string
   } finally {
     await sql.end()
     await service.stop()
+    await naiveApp.stop()
     counter.stop()
+    naiveCounter.stop()
   }
 }
 

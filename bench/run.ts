@@ -1,52 +1,41 @@
 /**
- * `npm run bench`: one run, all figures, on a fresh database.
+ * `npm run bench`: one run, all figures, written down as ratios of that run.
  *
- * Three routes of one service process make the same payment through the same
- * provider client (BENCH_BASELINE_ROUTE=1 adds the two yardsticks):
- * - fresh: the idempotent `POST /api/payments`;
- * - naive: the check-then-insert of the usual articles (payments/bench-naive.ts);
- * - baseline: no idempotency at all (payments/bench-baseline.ts).
+ * 1. Wire counts: database statements, round trips and transactions per
+ *    request, counted by a proxy in front of the service's database (and of
+ *    the naive app's), one request at a time and 32 at a time.
+ * 2. The service against the naive app (bench/naive-app.ts: seed 002's
+ *    check-then-insert as an app of its own), as a user compares them
+ *    (bench/versus-naive.ts): every round on a fresh database and a freshly
+ *    started process, `wrk` as the load, the same provider process for both.
+ *    Cells: an instant provider at 32 connections (fresh payments, and
+ *    replays of completed keys); a 200 ms provider at 256 connections, quiet
+ *    and with one core kept busy by stress-ng; fresh payments on a table of
+ *    1,000,000 keys. Rounds are interleaved (each round runs every cell, in
+ *    alternating order) and every figure is the median of its rounds.
+ * 3. 409s: retries of one in-flight key, 300 at once and 32 at a time.
+ * 4. /metrics scrape time with 1M keys in the table, and the purge rate.
  *
- * 1. database statements, round trips and transactions per request, counted
- *    on the wire, one request at a time and 32 at a time;
- * 2. slow provider (200 ms), 256 connections: baseline, naive and fresh in
- *    interleaved rounds, on a quiet machine and with one core kept busy by
- *    `stress-ng --cpu 1` (interleaved too); then 64 connections, quiet;
- * 3. instant provider, 32 connections: the same, plus replays of completed
- *    keys on both the idempotent and the naive route;
- * 4. what the fresh payments did to the tables: updates and HOT updates
- *    (pg_stat_user_tables), dead index entries (pageinspect); and, when the
- *    server has pg_stat_statements loaded, each statement's time and WAL;
- * 5. 409s: retries of one in-flight key, 300 at once and 32 at a time;
- * 6. /metrics scrape time with 1M keys in the table, and the purge rate;
- * plus the exactly-once check at both ends: one payment per replayed key, and
- * one charge in the simulators' ledgers per idempotent payment.
- *
- * Load comes from autocannon (closed loop) in this process. The service is
- * `bun src/main.ts` in its own process, as users run it; each provider
- * simulator is its own process too (src/provider/spawn.ts), with its ledger on
- * tmpfs (bench/provider.ts says why). Every figure is printed with the load
- * average beside it. Results are printed as Markdown and saved to
- * .data/bench-last.json.
+ * Exactly once is counted at both ends in every service round: its payments
+ * in the table, its charges in the provider's ledger. Results are printed as
+ * Markdown and saved to .data/bench-last.json.
  */
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg } from 'node:os'
 import postgres from 'postgres'
-import { BENCH_BASELINE_ROUTE } from '../src/payments/bench-baseline'
-import { BENCH_NAIVE_ROUTE, NAIVE_DOWNSTREAM_PREFIX } from '../src/payments/bench-naive'
 import { measureCpu } from './cpu'
-import { freshDatabase } from './database'
-import { runLoad, summarize, round2, type CpuTotals, type LoadResult, type RoundResult, type Throughput } from './load'
+import { runLoad, round2, type LoadResult } from './load'
 import { timePurge, timeScrapes } from './maintenance'
-import { readStatements, resetStatements } from './pg-statements'
-import { startHoldingProvider, startProvider, type BenchProvider, type LedgerCharge } from './provider'
-import { report, type Results } from './report'
-import { measureRoundTrips, paymentBody } from './round-trips'
+import { startHoldingProvider, startProvider, type BenchProvider } from './provider'
+import { report, type Cell, type CellResult, type Results } from './report'
+import { measureRoundTrips } from './round-trips'
 import { seedKeys } from './seed'
+import { openBenchServer, type BenchServer } from './server'
 import { BENCH_API_KEY, startService, type Service } from './service'
 import { keyRunElsewhere, keyRunHere, runStorm, STORM_CONNECTIONS, STORM_WAVES, type Load } from './storm'
 import { startStress, stressAvailable, STRESS_COMMAND, STRESS_INSTALL_HINT, type Stress } from './stress'
-import { indexChurn, readTableCounters, updatedTables, waitForBackendsGone } from './table-stats'
+import { median, runRound, type RoundResult } from './versus-naive'
+import { wrkAvailable, WRK_INSTALL_HINT } from './wrk'
 
 const setting = (name: string, fallback: number) => {
   const raw = process.env[name]
@@ -57,178 +46,106 @@ const setting = (name: string, fallback: number) => {
 }
 
 export const SETTINGS = Object.freeze({
-  /** Seconds per measured round of the instant-provider kinds. */
+  /** Measured seconds of each round. */
   roundSeconds: setting('BENCH_ROUND_SECONDS', 5),
-  /** Seconds per measured round of the slow-provider kinds: 25 provider round trips per connection at 200 ms. */
-  slowRoundSeconds: setting('BENCH_SLOW_ROUND_SECONDS', 5),
-  /** Rounds of each kind, alternating in order (A B C, then C B A), so drift hits all kinds alike. */
-  rounds: setting('BENCH_ROUNDS', 2),
-  /** Instant provider: twice the service's 16 database connections, so it is never idle (the issue's figure). */
+  /** Rounds of every cell; each figure is their median. */
+  rounds: setting('BENCH_ROUNDS', 3),
+  /** Instant provider: twice the service's 16 database connections, so it is never idle (issue 25's figure). */
   connections: setting('BENCH_CONNECTIONS', 32),
-  /** Slow provider: the issue's figure, hundreds of clients waiting on a real provider at once. */
+  /** Slow provider: hundreds of clients waiting on a real provider at once. */
   slowConnections: setting('BENCH_SLOW_CONNECTIONS', 256),
-  /**
-   * The same 200 ms provider with fewer clients, so the machine has CPU to spare: what the
-   * design costs when the provider's latency, not the CPU, is the limit. 0 skips it.
-   */
-  slowLightConnections: setting('BENCH_SLOW_LIGHT_CONNECTIONS', 64),
-  /** Seconds per round of that lighter run. */
-  slowLightRoundSeconds: setting('BENCH_SLOW_LIGHT_ROUND_SECONDS', 3),
   /** A real provider's fast answer: card networks take 200 to 2,000 ms. */
   slowProviderMs: setting('BENCH_SLOW_PROVIDER_MS', 200),
-  /** 1: every slow and instant round is run again with `stress-ng --cpu 1` (when installed); 0 skips that. */
+  /** 1: the slow cells run again with `stress-ng --cpu 1` (when installed); 0 skips that. */
   stress: setting('BENCH_STRESS', 1),
-  /** Concurrent requests of the wire count's second part (the issue: 32 or more). */
+  /** Concurrent requests of the wire count's second part. */
   roundTripConnections: setting('BENCH_RT_CONNECTIONS', 32),
   /** Fresh requests counted at that concurrency. */
   roundTripRequests: setting('BENCH_RT_REQUESTS', 2000),
-  /** Keys seeded for the scrape and purge timings; 0 skips both. */
+  /** Keys of the large table (fresh payments on it, the scrape, the purge); 0 skips those. */
   seedKeys: setting('BENCH_SEED_KEYS', 1_000_000),
 })
-
-/** Seconds of unmeasured load before the rounds: sockets, pools and prepared statements warm up. */
-const WARMUP_SECONDS = 2
-/** The bench's own connections, told apart from the service's in pg_stat_activity. */
-const BENCH_APPLICATION = 'idem-bench'
 
 const load1 = () => round2(loadavg()[0]!)
 const log = (line: string) => console.error(`[bench ${new Date().toISOString().slice(11, 19)} load ${load1()}] ${line}`)
 const headers = { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' }
-/** The n-th request of a run; `tag` (a round's name) makes fresh keys new in every run. */
-type LoadRequest = (n: number, tag?: string) => { body: string; key?: string }
-type Kinds<K extends string> = Record<K, [path: string, request: LoadRequest]>
-const baselineRequest: LoadRequest = (n) => ({ body: JSON.stringify(paymentBody(n)) })
-/** Fresh keys; the naive route's all start with `naive-`, so its payments are told apart from the idempotent route's. */
-const freshRequest = (prefix: string): LoadRequest => (n, tag = '') => ({ body: JSON.stringify(paymentBody(n)), key: `${prefix}${tag}-${n}` })
-
-export type Condition = 'quiet' | 'busy'
 
 async function main(): Promise<void> {
+  if (!wrkAvailable()) throw new Error(`npm run bench needs wrk: ${WRK_INSTALL_HINT}`)
   const runStarted = performance.now()
   const loadBefore = load1()
-  const db = await freshDatabase(log)
-  const database = new URL(db.url).pathname.slice(1)
-  log(`database ${db.url.replace(/\/\/[^@]*@/, '//')} (PostgreSQL ${db.version})`)
-  const sql = postgres(db.url, { max: 2, onnotice: () => undefined, connection: { application_name: BENCH_APPLICATION } })
+  const server = await openBenchServer(log)
+  log(`PostgreSQL ${server.version} at ${server.base.replace(/\/\/[^@]*@/, '//')} (${server.private ? 'the bench\'s own cluster: all its processes are counted' : 'DATABASE_URL\'s server: the run\'s backends are counted'}; pg_stat_statements ${server.statements ? 'loaded' : 'not loaded'})`)
   const providers: BenchProvider[] = []
   const services: Service[] = []
   const stresses: Stress[] = []
-  const startedService = async (provider: BenchProvider, env: Record<string, string> = {}, bunArgs: string[] = []) => {
-    const service = await startService(db.url, provider.url, env, bunArgs)
-    services.push(service)
-    log(`service ${service.url}, pid ${service.proc.pid} (for perf record -p)`)
-    return service
-  }
-  /** Stops it and waits until its backends are gone: they flush their table counters on exit. */
-  const stopService = async (service: Service) => {
-    services.splice(services.indexOf(service), 1)
-    await service.stop()
-    await waitForBackendsGone(sql, database, BENCH_APPLICATION)
-  }
-  const conditions: Condition[] = ['quiet']
-  let stressNote: string
-  if (SETTINGS.stress === 0) stressNote = 'skipped (BENCH_STRESS=0)'
-  else if (!stressAvailable()) stressNote = `skipped: stress-ng is not installed (${STRESS_INSTALL_HINT})`
-  else {
-    conditions.push('busy')
-    stressNote = `\`${STRESS_COMMAND.join(' ')}\` during the "busy" rounds`
-  }
-  log(`one core busy: ${stressNote}`)
   try {
+    const template = await server.template(`idem_bench_template_${crypto.randomUUID().slice(0, 6)}`)
     const instant = await startProvider(0)
     providers.push(instant)
     const slow = await startProvider(SETTINGS.slowProviderMs)
     providers.push(slow)
 
-    log(`counting database statements and round trips per request (a service behind a wire-protocol counter), one at a time and ${SETTINGS.roundTripConnections} at a time`)
-    const roundTrips = await measureRoundTrips(db.url, instant.url, { connections: SETTINGS.roundTripConnections, requests: SETTINGS.roundTripRequests })
-    await waitForBackendsGone(sql, database, BENCH_APPLICATION)
-    const tablesBefore = await readTableCounters(sql)
+    log(`wire counts: statements and round trips per request, one at a time and ${SETTINGS.roundTripConnections} at a time`)
+    const wireDb = await server.create(`idem_bench_wire_${crypto.randomUUID().slice(0, 6)}`, template)
+    const roundTrips = await measureRoundTrips(wireDb, instant.url, { connections: SETTINGS.roundTripConnections, requests: SETTINGS.roundTripRequests })
 
-    /** Rounds of `kinds`, interleaved, under every condition, with stress-ng started and stopped around each busy block. */
-    const roundsUnder = <K extends string>(kinds: Kinds<K>, run: Run, seconds: number, options: { warmUp?: boolean; conditions?: Condition[] } = {}) =>
-      rounds(kinds, run, seconds, {
-        ...options,
-        conditions: options.conditions ?? conditions,
-        busy: async () => {
-          // Its own timeout bounds it should the bench die: one block of rounds, and a margin.
-          const stress = await startStress(Object.keys(kinds).length * seconds * 2 + 60)
-          stresses.push(stress)
-          return async () => {
+    let large: string | undefined
+    if (SETTINGS.seedKeys > 0) {
+      log(`seeding ${SETTINGS.seedKeys.toLocaleString('en')} keys into a template (bench/seed.ts), analyzed`)
+      large = await server.template(`${template}_seeded`, (sql) => seedKeys(sql, SETTINGS.seedKeys))
+    }
+
+    const busy = SETTINGS.stress !== 0 && stressAvailable()
+    const stressNote = SETTINGS.stress === 0 ? 'skipped (BENCH_STRESS=0)' : busy ? `\`${STRESS_COMMAND.join(' ')}\` during the "busy" cells` : `skipped: stress-ng is not installed (${STRESS_INSTALL_HINT})`
+    const cells: Cell[] = [
+      { name: 'instant fresh', side: 'service', kind: 'fresh', provider: 'instant', connections: SETTINGS.connections, condition: 'quiet', table: 'empty' },
+      { name: 'instant fresh, naive', side: 'naive', kind: 'fresh', provider: 'instant', connections: SETTINGS.connections, condition: 'quiet', table: 'empty' },
+      { name: 'instant replay', side: 'service', kind: 'replay', provider: 'instant', connections: SETTINGS.connections, condition: 'quiet', table: 'empty' },
+      { name: 'instant replay, naive', side: 'naive', kind: 'replay', provider: 'instant', connections: SETTINGS.connections, condition: 'quiet', table: 'empty' },
+      { name: 'slow fresh', side: 'service', kind: 'fresh', provider: 'slow', connections: SETTINGS.slowConnections, condition: 'quiet', table: 'empty' },
+      { name: 'slow fresh, naive', side: 'naive', kind: 'fresh', provider: 'slow', connections: SETTINGS.slowConnections, condition: 'quiet', table: 'empty' },
+      ...(busy ? [
+        { name: 'slow fresh, busy', side: 'service', kind: 'fresh', provider: 'slow', connections: SETTINGS.slowConnections, condition: 'busy', table: 'empty' },
+        { name: 'slow fresh, naive, busy', side: 'naive', kind: 'fresh', provider: 'slow', connections: SETTINGS.slowConnections, condition: 'busy', table: 'empty' },
+      ] satisfies Cell[] : []),
+      ...(large ? [{ name: 'instant fresh, 1M keys', side: 'service', kind: 'fresh', provider: 'instant', connections: SETTINGS.connections, condition: 'quiet', table: 'large' }] satisfies Cell[] : []),
+    ]
+    log(`${cells.length} cells × ${SETTINGS.rounds} rounds of ${SETTINGS.roundSeconds} s, each on a fresh database and a freshly started process; one core busy: ${stressNote}`)
+    const byCell = new Map<string, RoundResult[]>(cells.map((cell) => [cell.name, []]))
+    for (let round = 1; round <= SETTINGS.rounds; round++) {
+      const order = round % 2 === 1 ? cells : [...cells].reverse()
+      for (const cell of order) {
+        const stress = cell.condition === 'busy' ? await startStress(SETTINGS.roundSeconds * 4 + 60) : undefined
+        if (stress) stresses.push(stress)
+        try {
+          const result = await runRound(server, {
+            side: cell.side, kind: cell.kind, provider: cell.provider === 'slow' ? slow : instant, connections: cell.connections,
+            seconds: SETTINGS.roundSeconds, template: cell.table === 'large' ? large! : template, tag: `r${round}${cells.indexOf(cell)}`,
+          })
+          byCell.get(cell.name)!.push(result)
+          log(`round ${round} ${cell.name}: ${Math.round(result.load.rps)}/s, p50 ${result.load.p50} ms, CPU µs per answer ${result.cpuUs.process} + PostgreSQL ${result.cpuUs.postgres}; machine ${result.machine.busyPercent}% busy${cell.side === 'service' ? `; exactly once ${result.exactlyOnce.ok ? 'holds' : 'BROKEN'}` : ''}`)
+        } finally {
+          if (stress) {
             stresses.splice(stresses.indexOf(stress), 1)
             await stress.stop()
           }
-        },
-      })
-
-    const slowKinds = (tag: string): Kinds<'baseline' | 'naive' | 'fresh'> => ({
-      baseline: [BENCH_BASELINE_ROUTE, baselineRequest],
-      naive: [BENCH_NAIVE_ROUTE, freshRequest(`naive-${tag}`)],
-      fresh: ['/api/payments', freshRequest(tag)],
-    })
-    log(`slow provider (${SETTINGS.slowProviderMs} ms), ${SETTINGS.slowConnections} connections: warm-up, then baseline, naive and fresh, ${SETTINGS.slowRoundSeconds} s each, ${SETTINGS.rounds} rounds, ${conditions.join(' and ')}`)
-    const slowService = await startedService(slow)
-    const slowRun = (connections: number): Run => (path, request, durationS) =>
-      measureCpu(sql, database, { service: slowService.proc.pid, provider: slow.pid }, () =>
-        runLoad({ url: `${slowService.url}${path}`, connections, durationS, headers, request }))
-    const slowRuns = await roundsUnder(slowKinds('s'), slowRun(SETTINGS.slowConnections), SETTINGS.slowRoundSeconds)
-    let slowLightRuns: Results['slowLight'] = undefined
-    if (SETTINGS.slowLightConnections > 0) {
-      log(`slow provider, ${SETTINGS.slowLightConnections} connections: baseline, naive and fresh, ${SETTINGS.slowLightRoundSeconds} s each, ${SETTINGS.rounds} rounds, quiet`)
-      const light = await roundsUnder(slowKinds('l'), slowRun(SETTINGS.slowLightConnections), SETTINGS.slowLightRoundSeconds, { warmUp: false, conditions: ['quiet'] })
-      slowLightRuns = { providerMs: SETTINGS.slowProviderMs, connections: SETTINGS.slowLightConnections, quiet: light.quiet }
+        }
+      }
     }
-    await stopService(slowService)
-
-    // BENCH_PROFILE=1: the service writes a CPU profile (Markdown) to .data/bench-profile/ when it stops.
-    const profile = process.env.BENCH_PROFILE === '1' ? ['--cpu-prof-md', '--cpu-prof-dir=.data/bench-profile'] : []
-    const service = await startedService(instant, { METRICS_CACHE_MS: '0' }, profile)
-    const load = (path: string, request: (n: number) => { body: string; key?: string }, extra: { connections?: number; durationS?: number; amount?: number } = {}) =>
-      runLoad({ url: `${service.url}${path}`, connections: extra.connections ?? SETTINGS.connections, headers, request, ...(extra.amount !== undefined ? { amount: extra.amount } : { durationS: extra.durationS ?? SETTINGS.roundSeconds }) })
-    const measured: Run = (path, request, durationS) =>
-      measureCpu(sql, database, { service: service.proc.pid, provider: instant.pid }, () => load(path, request, { durationS }))
-
-    log(`instant provider, ${SETTINGS.connections} connections: warm-up, then baseline, naive, fresh and both replays, ${SETTINGS.roundSeconds} s each, ${SETTINGS.rounds} rounds, ${conditions.join(' and ')}`)
-    await load('/api/payments', freshRequest('w'), { durationS: WARMUP_SECONDS })
-    await load(BENCH_NAIVE_ROUTE, freshRequest('naive-w'), { durationS: WARMUP_SECONDS })
-    // Replays replay the warm-ups' keys (key w-n has body paymentBody(n)); the payments say which completed.
-    const completed = async (prefix: string) => {
-      const rows = await sql<{ key: string }[]>`select idempotency_key as key from payments where idempotency_key like ${`${prefix}-%`} limit 5000`
-      const done = rows.map((row) => Number(row.key.slice(prefix.length + 1)))
-      if (done.length === 0) throw new Error(`the ${prefix} warm-up completed no payment; the service said:\n${service.output().slice(-2000)}`)
-      return (n: number) => { const k = done[n % done.length]!; return { body: JSON.stringify(paymentBody(k)), key: `${prefix}-${k}` } }
-    }
-    // pg_stat_statements (when loaded) over the instant rounds: every route's statements, their time and WAL.
-    const statementsReset = await resetStatements(sql)
-    const instantRuns = await roundsUnder(
-      {
-        baseline: [BENCH_BASELINE_ROUTE, baselineRequest],
-        naive: [BENCH_NAIVE_ROUTE, freshRequest('naive-f')],
-        fresh: ['/api/payments', freshRequest('f')],
-        replay: ['/api/payments', await completed('w')],
-        naiveReplay: [BENCH_NAIVE_ROUTE, await completed('naive-w')],
-      },
-      measured,
-      SETTINGS.roundSeconds,
-    )
-    const statements: Results['statements'] = statementsReset.ok ? { ok: true, statements: await readStatements(sql) } : statementsReset
-    // Exactly once under load: the replayed keys still have one payment each, however many replays.
-    const replayed = (await sql<{ payments: number; keys: number }[]>`
-      select count(*)::int as payments, count(distinct idempotency_key)::int as keys from payments where idempotency_key like 'w-%'`)[0]!
-    await stopService(service)
-
-    log('reading what the fresh payments did to the tables (pg_stat_user_tables) and their indexes (pageinspect)')
-    const tables = updatedTables(await readTableCounters(sql), tablesBefore)
-    const indexes = await indexChurn(sql, tables.map((t) => t.table))
-    const tablesLoadAverage = load1()
+    const versus: CellResult[] = cells.map((cell) => summarizeCell(cell, byCell.get(cell.name)!))
 
     // The 409 storms' service charges through a provider that holds its one charge (the key it runs itself).
+    const stormDb = await server.create(`idem_bench_storm_${crypto.randomUUID().slice(0, 6)}`, template)
+    const sql = postgres(stormDb, { max: 2, onnotice: () => undefined })
     const holding = startHoldingProvider()
-    const after = await startedService({ ...instant, url: holding.url }, { METRICS_CACHE_MS: '0' })
+    const after = await startService(stormDb, holding.url, { METRICS_CACHE_MS: '0' })
+    services.push(after)
     const stormLoad: Load = (path, request, extra) => runLoad({
       url: `${after.url}${path}`, connections: extra.connections ?? SETTINGS.connections, headers, request,
       ...(extra.amount !== undefined ? { amount: extra.amount } : { durationS: extra.durationS ?? SETTINGS.roundSeconds }),
     })
+    const database = new URL(stormDb).pathname.slice(1)
     const moderate = {
       connections: SETTINGS.connections,
       seconds: SETTINGS.roundSeconds,
@@ -247,41 +164,22 @@ async function main(): Promise<void> {
     const heldAnswer = await here.answered
     if (heldAnswer !== 502) throw new Error(`the held request answered ${heldAnswer}, not 502 (refused by the holding provider)`)
     holding.stop()
+    await stopService(after, services)
+    await sql.end()
 
-    let scrape: Results['scrape'] = undefined
-    let purge: Results['purge'] = undefined
-    if (SETTINGS.seedKeys > 0) {
-      log(`seeding ${SETTINGS.seedKeys.toLocaleString('en')} keys (bench/seed.ts)`)
-      await seedKeys(sql, SETTINGS.seedKeys)
-      const keys = (await sql<{ keys: number }[]>`select count(*)::int as keys from idempotency_keys`)[0]?.keys ?? 0
-      log(`${keys.toLocaleString('en')} keys in the table; scraping /metrics`)
-      scrape = { ...(await timeScrapes(after.url)), keys, loadAverage: load1() }
-      log('purging completed keys past retention (core/purge.ts, as of a clock 2 days ahead)')
-      purge = { ...(await timePurge(sql)), loadAverage: load1() }
-    }
-    await stopService(after)
-
-    // Every service has drained: each idempotent payment's charge is in a ledger, and nothing else is.
-    const charges = (await Promise.all(providers.splice(0).map((provider) => provider.stop()))).flat()
-    const provider = await checkCharges(sql, charges)
+    const maintenance = large ? await timeMaintenance(server, large, instant, services) : undefined
 
     const results: Results = {
       at: new Date().toISOString(),
-      machine: { ...machine(db.version), loadBefore, loadAfter: load1() },
+      machine: { nproc: cpus().length, cpu: cpus()[0]?.model ?? 'unknown', postgres: server.version, privateCluster: server.private, bun: Bun.version, os: `${process.platform} ${process.arch}`, loadBefore, loadAfter: load1() },
       settings: { ...SETTINGS, stormConnections: STORM_CONNECTIONS, stormWaves: STORM_WAVES },
-      stress: { conditions, note: stressNote },
-      slow: { providerMs: SETTINGS.slowProviderMs, connections: SETTINGS.slowConnections, ...slowRuns },
-      slowLight: slowLightRuns,
-      instant: { connections: SETTINGS.connections, ...instantRuns },
-      replayed,
-      provider,
+      stressNote,
+      versus,
       roundTrips,
-      tables: { changes: tables, indexes, loadAverage: tablesLoadAverage },
-      statements,
       storm: { ...storm, loadAverage: stormLoadAverage },
       stormHere: { ...stormHere, loadAverage: ownLoadAverage },
-      scrape,
-      purge,
+      scrape: maintenance?.scrape,
+      purge: maintenance?.purge,
       totalSeconds: Math.round((performance.now() - runStarted) / 1000),
     }
     mkdirSync('.data', { recursive: true })
@@ -291,90 +189,55 @@ async function main(): Promise<void> {
     for (const stress of stresses.splice(0)) await stress.stop().catch(() => undefined)
     for (const service of services.splice(0)) await service.stop().catch(() => undefined)
     for (const provider of providers.splice(0)) await provider.stop().catch(() => undefined)
-    await sql.end()
-    await db.drop()
+    await server.stop()
   }
 }
 
-type Run = (path: string, request: LoadRequest, durationS: number) => Promise<{ result: LoadResult; cpu: CpuTotals }>
-
-/**
- * A warm-up of every kind, then `SETTINGS.rounds` rounds. In each round every
- * condition runs once, in alternating order (quiet then busy, then busy then
- * quiet), and under it every kind once, in alternating order too (A B C, then
- * C B A): a drift in what else the machine does then hits all kinds and both
- * conditions alike, and their ratios hold. `busy()` starts the other process
- * that keeps a core busy and returns its stop.
- */
-async function rounds<Kind extends string>(
-  kinds: Kinds<Kind>,
-  run: Run,
-  roundSeconds: number,
-  options: { warmUp?: boolean; conditions: Condition[]; busy: () => Promise<() => Promise<void>> },
-): Promise<Partial<Record<Condition, Record<Kind, Throughput>>> & { quiet: Record<Kind, Throughput> }> {
-  const names = Object.keys(kinds) as Kind[]
-  const runs = new Map<Condition, Map<Kind, RoundResult[]>>(options.conditions.map((c) => [c, new Map(names.map((kind) => [kind, []]))]))
-  for (const kind of options.warmUp === false ? [] : names) {
-    const [path, request] = kinds[kind]
-    await run(path, (n) => request(n, 'warm'), WARMUP_SECONDS)
-  }
-  let block = 0
-  for (let round = 1; round <= SETTINGS.rounds; round++) {
-    for (const condition of round % 2 === 1 ? options.conditions : [...options.conditions].reverse()) {
-      const stop = condition === 'busy' ? await options.busy() : undefined
-      try {
-        for (const kind of block++ % 2 === 0 ? names : [...names].reverse()) {
-          const [path, request] = kinds[kind]
-          const started = load1()
-          const { result, cpu } = await run(path, (n) => request(n, `${condition[0]}${round}`), roundSeconds)
-          runs.get(condition)!.get(kind)!.push({ load: result, cpu, loadAverage: [started, load1()] })
-          log(`${condition} round ${round} ${kind}: ${Math.round(result.rps)}/s, machine ${Math.round(cpu.machineBusyShare * 100)}% busy`)
-        }
-      } finally {
-        await stop?.()
-      }
-    }
-  }
-  const out: Partial<Record<Condition, Record<Kind, Throughput>>> = {}
-  for (const [condition, byKind] of runs) out[condition] = Object.fromEntries(names.map((kind) => [kind, summarize(byKind.get(kind)!)])) as Record<Kind, Throughput>
-  return out as Partial<Record<Condition, Record<Kind, Throughput>>> & { quiet: Record<Kind, Throughput> }
+async function stopService(service: Service, services: Service[]): Promise<void> {
+  services.splice(services.indexOf(service), 1)
+  await service.stop()
 }
 
-/**
- * Exactly once at the provider (Exactly once at the provider, docs/invariants.md), across every service of
- * the run: each idempotent payment's provider_reference is a charge made under
- * one of our downstream keys (`idp_`), no two payments share one, and every
- * such charge has its payment. The yardsticks' charges (`bench_` and `naive_`
- * keys) and payments (key `bench-baseline`, keys starting `naive-`) are
- * counted apart. A charge without a payment would be a key released after
- * its charge (a failed completion): its retry would get the same charge back.
- */
-async function checkCharges(sql: postgres.Sql, charges: readonly LedgerCharge[]) {
-  const ours = new Set(charges.filter((charge) => charge.key.startsWith('idp_')).map((charge) => charge.id))
-  const baselineCharges = charges.filter((charge) => charge.key.startsWith('bench_')).length
-  const naiveCharges = charges.filter((charge) => charge.key.startsWith(NAIVE_DOWNSTREAM_PREFIX)).length
-  const payments = await sql<{ provider_ref: string }[]>`select provider_ref from payments where idempotency_key <> 'bench-baseline' and idempotency_key not like 'naive-%'`
-  const [others] = await sql<{ baseline: number; naive: number }[]>`
-    select count(*) filter (where idempotency_key = 'bench-baseline')::int as baseline,
-           count(*) filter (where idempotency_key like 'naive-%')::int as naive
-      from payments`
-  const refs = new Set(payments.map((payment) => payment.provider_ref))
+/** The median round of a cell, by throughput, and the per-round figures around it. */
+function summarizeCell(cell: Cell, rounds: readonly RoundResult[]): CellResult {
+  const rps = rounds.map((r) => r.load.rps)
+  const mid = median(rps)
+  const middle = [...rounds].sort((a, b) => Math.abs(a.load.rps - mid) - Math.abs(b.load.rps - mid))[0]!
+  const med = (pick: (r: RoundResult) => number) => round2(median(rounds.map(pick)))
   return {
-    idempotentPayments: payments.length,
-    idempotentCharges: ours.size,
-    paymentsSharingACharge: payments.length - refs.size,
-    paymentsWithoutCharge: [...refs].filter((ref) => !ours.has(ref)).length,
-    chargesWithoutPayment: [...ours].filter((id) => !refs.has(id)).length,
-    baselinePayments: others!.baseline,
-    baselineCharges,
-    naivePayments: others!.naive,
-    naiveCharges,
+    cell,
+    rounds: rps.map(Math.round),
+    rps: Math.round(mid),
+    p50: med((r) => r.load.p50),
+    p99: med((r) => r.load.p99),
+    cpuUs: { process: med((r) => r.cpuUs.process), postgres: med((r) => r.cpuUs.postgres), provider: med((r) => r.cpuUs.provider), wrk: med((r) => r.cpuUs.wrk) },
+    busyPercent: med((r) => r.machine.busyPercent),
+    othersPercent: med((r) => r.machine.othersPercent),
+    hotPercent: rounds.every((r) => r.hotPercent !== undefined) ? med((r) => r.hotPercent!) : undefined,
+    exactlyOnce: { rounds: rounds.length, held: rounds.filter((r) => r.exactlyOnce.ok).length, payments: rounds.reduce((sum, r) => sum + r.exactlyOnce.payments, 0), charges: rounds.reduce((sum, r) => sum + r.exactlyOnce.charges, 0) },
+    statements: middle.statements,
+    requests: middle.load.requests,
   }
 }
 
-function machine(postgresVersion: string) {
-  const cpu = cpus()[0]?.model ?? 'unknown'
-  return { nproc: cpus().length, cpu, postgres: postgresVersion, bun: Bun.version, os: `${process.platform} ${process.arch}` }
+/** /metrics and the purge on a copy of the 1M-key table. */
+async function timeMaintenance(server: BenchServer, large: string, provider: BenchProvider, services: Service[]) {
+  const url = await server.create(`idem_bench_maintenance_${crypto.randomUUID().slice(0, 6)}`, large)
+  const sql = postgres(url, { max: 2, onnotice: () => undefined })
+  try {
+    const service = await startService(url, provider.url, { METRICS_CACHE_MS: '0' })
+    services.push(service)
+    const [row] = await sql<{ keys: number }[]>`select count(*)::int as keys from idempotency_keys`
+    const keys = row?.keys ?? 0
+    log(`${keys.toLocaleString('en')} keys in the table; scraping /metrics`)
+    const scrape = { ...(await timeScrapes(service.url)), keys, loadAverage: load1() }
+    await stopService(service, services)
+    log('purging completed keys past retention (core/purge.ts, as of a clock 2 days ahead)')
+    const purge = { ...(await timePurge(sql)), loadAverage: load1() }
+    return { scrape, purge }
+  } finally {
+    await sql.end()
+  }
 }
 
 await main()

@@ -14,8 +14,7 @@ export interface Service {
 }
 
 /**
- * Starts `bun src/main.ts` (the product as users run it) on a free port, with
- * the bench-only baseline route, against the given provider (the bench starts
+ * Starts `bun src/main.ts` (the product as users run it) on a free port, against the given provider (the bench starts
  * its own simulators, bench/provider.ts, so the service starts none).
  */
 export async function startService(databaseUrl: string, providerUrl: string, env: Record<string, string> = {}, bunArgs: string[] = []): Promise<Service> {
@@ -29,7 +28,6 @@ export async function startService(databaseUrl: string, providerUrl: string, env
       // A benchmark is one tenant at full speed: the per-tenant limits would measure themselves.
       TENANT_RATE_LIMIT: '0',
       TENANT_MAX_IN_FLIGHT: '0',
-      BENCH_BASELINE_ROUTE: '1',
       NODE_ENV: 'production',
       ...env,
     },

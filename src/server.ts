@@ -15,7 +15,6 @@ import { exposition } from './metrics/exposition'
 import type { DatabaseGauges } from './metrics/gauges'
 import { PAYMENTS_ROUTE, PAYMENTS_ROUTES, paymentsRoutes } from './payments/routes'
 import { providerClient, type PaymentProvider } from './provider/client'
-import { benchBaselineRoute } from './payments/bench-baseline'
 import { databaseAnswers, type Pools } from './store/db'
 import type { DatabaseHealth } from './store/health'
 import { isUnavailable } from './core/errors'
@@ -168,10 +167,6 @@ export function buildApp(deps: AppDependencies) {
       ...(deps.now ? { now: deps.now } : {}),
     }))
     .use(adminRoutes(admin))
-    // `npm run bench` only (BENCH_BASELINE_ROUTE=1): the non-idempotent yardstick route.
-    .use(config.benchBaselineRoute
-      ? benchBaselineRoute({ pools, provider, tenant, maxBodyBytes: config.maxBodyBytes })
-      : new Elysia({ name: 'bench-baseline-off' }))
   routes = () => app.routes
   return app
 }

@@ -38,6 +38,11 @@ test('bad values stop the start, naming the variable', () => {
   refuses({ DATABASE_URL: 'mysql://x' }, 'DATABASE_URL')
 })
 
+test('the yardstick routes left the service: asking for them is refused, in any mode (they charged twice for one body)', () => {
+  refuses({ BENCH_BASELINE_ROUTE: '1' }, 'BENCH_BASELINE_ROUTE')
+  expect(() => loadConfig({ BENCH_BASELINE_ROUTE: '0' })).not.toThrow()
+})
+
 test('valid values are taken as given', () => {
   const config = loadConfig({ API_KEYS: 'acme:k1, globex:k2', PORT: '8080', PAYMENT_PROVIDER_FAILURE_RATE: '0.25', IDEMPOTENCY_TTL_SECONDS: '5', IDEMPOTENCY_RETENTION_SECONDS: '5', ADMIN_TOKEN: 'a-long-token' })
   expect(config.apiKeys.get('k2')).toBe('globex')

@@ -1,4 +1,3 @@
-import type postgres from 'postgres'
 import type { NewPayment, Payment } from './schema'
 
 /** A payments row as selected with PAYMENT_COLUMNS. */
@@ -51,13 +50,4 @@ export function newPayment(tenant: string, payment: NewPayment, providerRef: str
     status: 'succeeded', provider_reference: providerRef, created_at: createdAt,
   }
   return { row, json }
-}
-
-/** One INSERT ... RETURNING in autocommit: the bench's non-idempotent baseline route. */
-export async function insertPayment(sql: postgres.Sql<Record<string, never>> | postgres.TransactionSql<Record<string, never>>, tenant: string, payment: NewPayment, providerRef: string, idempotencyKey: string): Promise<PaymentRow> {
-  const [row] = await sql<PaymentRow[]>`
-    insert into payments (tenant, amount, currency, customer, description, status, provider_ref, idempotency_key)
-    values (${tenant}, ${payment.amount}, ${payment.currency}, ${payment.customer}, ${payment.description ?? null}, 'succeeded', ${providerRef}, ${idempotencyKey})
-    returning ${sql.unsafe(PAYMENT_COLUMNS)}`
-  return row!
 }
