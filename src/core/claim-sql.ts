@@ -69,21 +69,34 @@ export interface ClaimRow {
  * waits; the snapshot can only miss a row committed just after it was taken,
  * which ends in another round.
  *
+ * `seen` reads each member's key as the snapshot sees it, by one
+ * primary-key probe: a LATERAL subquery with a LIMIT is never flattened into
+ * a join, so no plan can read the whole table for a batch (a hash anti-join
+ * over a sequential scan, cached while the table was empty: issue 25). A key
+ * the snapshot saw is inserted by no member, and every member of it gets
+ * that row.
+ *
+ * `fresh` inserts in key order, the same in every statement: two batches in
+ * flight that share keys would otherwise wait on each other's uncommitted
+ * inserts in opposite orders, a deadlock that lock_timeout (1 s) ended as a
+ * 503 (seen: 66 of 2,000 requests in test/http/storm.test.ts).
+ *
+ * pg_stat_activity shows a statement's first kilobyte
+ * (track_activity_query_size), which ends before the INSERT: the leading
+ * comment names the statement there, and no other comment is sent.
+ *
  * The per-key reads are primary-key lookups; worked_on (the owner's
  * heartbeat) is read only for keys found in processing, never on the fresh
  * path. Measured here (pg_stat_statements, BENCHMARKS.md): 0.59 ms per
  * statement for 6.2 members on average, about 0.1 ms per claim.
  */
-export const claimBatchSql = `
+export const claimBatchSql = `/* idempotent-post: claim */
   with input as (
     select i.*, coalesce(i.now, now()) as at
       from jsonb_to_recordset($1::text::jsonb) as i(n int, tenant text, key text, method text, path text, fingerprint text,
                                              lease bigint, owner uuid, now timestamptz, ttl float8, summary jsonb)
      where ${FEW_MEMBERS}
   ),
-  -- Each member's key as the snapshot sees it, by one primary-key probe: a LATERAL subquery with a
-  -- LIMIT is never flattened into a join, so no plan can read the whole table for a batch
-  -- (a hash anti-join over a sequential scan, cached while the table was empty: issue 25).
   seen as (
     select i.n, k.*
       from input i
@@ -107,9 +120,6 @@ export const claimBatchSql = `
            i.at, i.at, ${cutoffText('deadline', 'i.at', 'i.ttl')}
       from input i join seen s on s.n = i.n
      where s.lease is null
-     -- In key order, the same in every statement: two batches in flight that share keys would
-     -- otherwise wait on each other's uncommitted inserts in opposite orders, a deadlock that
-     -- lock_timeout (1 s) ended as a 503 (seen: 66 of 2,000 requests in test/http/storm.test.ts).
      order by i.tenant, i.key
     on conflict (tenant, key) do nothing
     returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.fingerprint, k.locked_at, k.stale_at
@@ -125,7 +135,6 @@ export const claimBatchSql = `
          null::int as response_status, null::jsonb as response_headers, null::text as response_body, true as worked_on
     from input i join fresh f on f.tenant = i.tenant and f.key = i.key
   union all
-  -- A key the snapshot saw was inserted by nobody here: every member of it sees the same row.
   select s.n, false, s.lease, s.attempts, s.request_id, s.status, s.fingerprint, s.age_seconds, s.ttl_left_seconds,
          s.stale, s.completed_age_seconds, s.response_status, s.response_headers, s.response_body, s.worked_on
     from seen s

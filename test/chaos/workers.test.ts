@@ -81,16 +81,32 @@ test('300 concurrent requests with one key across 2 workers: one payment, the re
   // the whole storm lands while the first request is processing.
   provider.hold(1)
   let answered = 0
+  // Both processes answer the storm: each runs claim statements for it. A
+  // backend shows its running (or last) statement (its first kilobyte, which
+  // names the claim), and its pool's application_name the worker's pid.
+  // Sampled all through the storm: a backend's last statement may be a
+  // heartbeat by the time the storm is over.
+  const claimerPids = new Set<number>()
+  let sampling = true
+  const sampler = (async () => {
+    while (sampling) {
+      const rows = await db.sql<{ pid: number }[]>`
+        select distinct split_part(application_name, ':', 2)::int as pid
+          from pg_stat_activity
+         where datname = current_database() and application_name like 'idempotent-post:%:short'
+           and query_start >= ${started} and query like '/* idempotent-post: claim */%'`
+      for (const row of rows) claimerPids.add(row.pid)
+      await Bun.sleep(2)
+    }
+  })()
   const stormed = Promise.all(Array.from({ length: 300 }, () => post(key).then((r) => { answered++; return r })))
-  await waitFor(() => answered === 299 && provider.held() === 1, () => `299 of 300 answered while the first is held (${answered} so far)`, 30_000)
-  // Both processes answered the storm: each ran claim statements for it. A
-  // backend shows its last statement, and its pool's application_name the
-  // worker's pid; nothing but a request claims a key.
-  const claimers = await db.sql<{ pid: number }[]>`
-    select distinct split_part(application_name, ':', 2)::int as pid
-      from pg_stat_activity
-     where datname = current_database() and application_name like 'idempotent-post:%:short'
-       and query_start >= ${started} and query ilike '%insert into idempotency_keys%'`
+  try {
+    await waitFor(() => answered === 299 && provider.held() === 1, () => `299 of 300 answered while the first is held (${answered} so far)`, 30_000)
+  } finally {
+    sampling = false
+    await sampler
+  }
+  const claimers = [...claimerPids].map((pid) => ({ pid }))
   provider.release()
   const responses = await stormed
   const answers = await Promise.all(responses.map(async (r) => ({

@@ -22,7 +22,8 @@
 import type postgres from 'postgres'
 
 export const HOLDS = {
-  'claim': { lock: 1_606_001, query: /insert into idempotency_keys/i },
+  // pg_stat_activity shows the claim's first kilobyte: its leading comment (core/claim-sql.ts).
+  'claim': { lock: 1_606_001, query: /insert into idempotency_keys|idempotent-post: claim/i },
   // The payment INSERT: its own statement in the transactional form, a part of
   // the one completing statement in the declarative form (core/complete-rows.ts).
   'payment-insert': { lock: 1_606_002, query: /insert into payments|done as \(\s*update idempotency_keys/i },
