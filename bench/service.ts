@@ -15,9 +15,11 @@ export interface Service {
 
 /**
  * Starts `bun src/main.ts` (the product as users run it) on a free port, against the given provider (the bench starts
- * its own simulators, bench/provider.ts, so the service starts none).
+ * its own simulators, bench/provider.ts, so the service starts none). `cwd`:
+ * another checkout's service instead (an earlier release, for a lever's
+ * before and after).
  */
-export async function startService(databaseUrl: string, providerUrl: string, env: Record<string, string> = {}, bunArgs: string[] = []): Promise<Service> {
+export async function startService(databaseUrl: string, providerUrl: string, env: Record<string, string> = {}, bunArgs: string[] = [], cwd?: string): Promise<Service> {
   const { proc, url, output } = await spawnService({
     command: [process.execPath, ...bunArgs, 'src/main.ts'],
     env: {
@@ -32,6 +34,7 @@ export async function startService(databaseUrl: string, providerUrl: string, env
       ...env,
     },
     timeoutMs: 30_000,
+    ...(cwd ? { cwd } : {}),
   })
   return {
     url,

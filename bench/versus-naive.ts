@@ -40,6 +40,8 @@ export interface RoundSpec {
   readonly template: string
   /** A name for the round, unique in the run: its database, its customer and its keys carry it. */
   readonly tag: string
+  /** The service of another checkout (an earlier release), on an empty database that it migrates itself. */
+  readonly serviceDir?: string | undefined
 }
 
 export interface RoundResult {
@@ -70,10 +72,10 @@ const WARMUP_SECONDS = 1
 
 export async function runRound(server: BenchServer, spec: RoundSpec): Promise<RoundResult> {
   const database = `idem_bench_${spec.tag.replace(/\W/g, '_')}_${crypto.randomUUID().slice(0, 6)}`
-  const url = await server.create(database, spec.side === 'service' ? spec.template : undefined)
+  const url = await server.create(database, spec.side === 'service' && !spec.serviceDir ? spec.template : undefined)
   const customer = `cus_${spec.tag}`
   const proc = spec.side === 'service'
-    ? await startService(url, spec.provider.url, { METRICS_CACHE_MS: '0' })
+    ? await startService(url, spec.provider.url, { METRICS_CACHE_MS: '0' }, [], spec.serviceDir)
     : await startNaiveApp(url, spec.provider.url)
   const path = spec.side === 'service' ? '/api/payments' : '/payments'
   const headers = { authorization: `Bearer ${spec.side === 'service' ? BENCH_API_KEY : NAIVE_API_KEY}`, 'content-type': 'application/json' }
