@@ -42,6 +42,8 @@ export interface RoundSpec {
   readonly tag: string
   /** The service of another checkout (an earlier release), on an empty database that it migrates itself. */
   readonly serviceDir?: string | undefined
+  /** More of the service's environment (e.g. WORKERS). */
+  readonly env?: Readonly<Record<string, string>> | undefined
 }
 
 export interface RoundResult {
@@ -75,7 +77,7 @@ export async function runRound(server: BenchServer, spec: RoundSpec): Promise<Ro
   const url = await server.create(database, spec.side === 'service' && !spec.serviceDir ? spec.template : undefined)
   const customer = `cus_${spec.tag}`
   const proc = spec.side === 'service'
-    ? await startService(url, spec.provider.url, { METRICS_CACHE_MS: '0' }, [], spec.serviceDir)
+    ? await startService(url, spec.provider.url, { METRICS_CACHE_MS: '0', ...spec.env }, [], spec.serviceDir)
     : await startNaiveApp(url, spec.provider.url)
   const path = spec.side === 'service' ? '/api/payments' : '/payments'
   const headers = { authorization: `Bearer ${spec.side === 'service' ? BENCH_API_KEY : NAIVE_API_KEY}`, 'content-type': 'application/json' }

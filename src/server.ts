@@ -20,7 +20,7 @@ import type { DatabaseHealth } from './store/health'
 import { isUnavailable } from './core/errors'
 import { adminApp, adminRoutes, type AdminOptions } from './admin/routes'
 import { SignInThrottle } from './admin/throttle'
-import { clientMeta, rememberMeta } from './http/client'
+import { clientMeta, pathnameOf, rememberMeta } from './http/client'
 import { edgeGuard, secured } from './http/edge'
 import { TenantLimits } from './http/rate-limit'
 import { docsUi } from './docs-ui'
@@ -108,7 +108,7 @@ export function buildApp(deps: AppDependencies) {
     })
     // Fail fast while the database is away, instead of queueing behind reconnects (store/health.ts).
     .onRequest(({ request }) => {
-      if (deps.health && !deps.health.up && NEEDS_DATABASE.test(new URL(request.url).pathname))
+      if (deps.health && !deps.health.up && NEEDS_DATABASE.test(pathnameOf(request)))
         return problemResponse(problem('database-unavailable'))
     })
     // OPTIONS says what a path takes (RFC 9110 §9.3.7); paths an `.all` route takes (the admin) answer for

@@ -15,8 +15,7 @@ export function canonicalJson(value: unknown): string {
 }
 
 export function fingerprint(method: string, path: string, body: unknown): string {
-  const hasher = new Bun.CryptoHasher('sha256')
   // NUL cannot occur in a method, path or JSON text, so the parts cannot run into each other.
-  hasher.update(`${method}\u0000${path}\u0000${canonicalJson(body)}`)
-  return hasher.digest('hex')
+  // One-shot: no hasher object per request.
+  return Bun.CryptoHasher.hash('sha256', `${method}\u0000${path}\u0000${canonicalJson(body)}`, 'hex')
 }

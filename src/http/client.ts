@@ -19,6 +19,8 @@ export interface RequestMeta {
   readonly address: string
   /** Reached us over TLS: our own URL is https, or a trusted proxy says X-Forwarded-Proto: https. */
   readonly secure: boolean
+  /** The request URL's path, parsed once for every layer that needs it (pathnameOf). */
+  readonly pathname?: string
 }
 
 const metas = new WeakMap<Request, RequestMeta>()
@@ -29,7 +31,17 @@ export function rememberMeta(request: Request, meta: RequestMeta): void {
 
 /** What the edge found for this request; a request that did not come through it (app.handle in tests) is "unknown". */
 export function requestMeta(request: Request): RequestMeta {
-  return metas.get(request) ?? { address: 'unknown', secure: new URL(request.url).protocol === 'https:' }
+  return metas.get(request) ?? { address: 'unknown', secure: request.url.startsWith('https:') }
+}
+
+/**
+ * The request's path as URL parses it. The edge, the metrics, the request
+ * log and the plugin each need it: parsed once, in clientMeta, for a request
+ * served on a socket (four parses of the same URL were 2 µs of a 40 µs
+ * replay); parsed here for one handed in directly (tests, another app's fetch).
+ */
+export function pathnameOf(request: Request): string {
+  return metas.get(request)?.pathname ?? new URL(request.url).pathname
 }
 
 /** The address without the IPv4-mapped prefix (`::ffff:127.0.0.1` is 127.0.0.1), lower case. */
@@ -42,7 +54,8 @@ export function normalizeAddress(address: string): string {
 /** What a request says of its client, given its socket address and how many proxies we trust. */
 export function clientMeta(request: Request, socketAddress: string | undefined, trustProxy: number): RequestMeta {
   let address = socketAddress ? normalizeAddress(socketAddress) : 'unknown'
-  let secure = new URL(request.url).protocol === 'https:'
+  const url = new URL(request.url)
+  let secure = url.protocol === 'https:'
   if (trustProxy > 0) {
     const forwarded = listOf(request.headers.get('x-forwarded-for'))
     const entry = forwarded.length === 0 ? undefined : forwarded[Math.max(0, forwarded.length - trustProxy)]
@@ -52,7 +65,7 @@ export function clientMeta(request: Request, socketAddress: string | undefined, 
     const proto = listOf(request.headers.get('x-forwarded-proto')).at(-1)
     if (proto !== undefined) secure = proto.toLowerCase() === 'https'
   }
-  return { address, secure }
+  return { address, secure, pathname: url.pathname }
 }
 
 function listOf(header: string | null): string[] {

@@ -7,7 +7,7 @@
 import { EDGE_PROBLEMS } from './edge-problems'
 import { timingSafeEqual } from 'node:crypto'
 import { isAllowedHost, type AllowedHosts } from './allowed-host'
-import { requestMeta } from './client'
+import { pathnameOf, requestMeta } from './client'
 import { problem, problemResponse } from './problem'
 import type { TenantLimits } from './rate-limit'
 import { tokenDigest } from '../credentials'
@@ -43,7 +43,7 @@ export function edgeGuard(options: EdgeOptions, handle: Handle): Handle {
     const secure = requestMeta(request).secure
     if (!isAllowedHost(request.headers.get('host'), options.allowedHosts))
       return secured(problemResponse(EDGE_PROBLEMS.problem('host-not-allowed')), secure)
-    const path = new URL(request.url).pathname
+    const path = pathnameOf(request)
     const isMetrics = path === METRICS_PATH || path === `${METRICS_PATH}/`
     if (options.listener === 'metrics' ? !isMetrics : isMetrics && options.metricsElsewhere)
       return secured(problemResponse(problem('not-found')), secure)

@@ -23,6 +23,7 @@ import { PLUGIN_PROBLEMS, problem, ProblemError, problemResponse, PROBLEM_CONTEN
 import type { ClaimTicket, InFlight } from './in-flight'
 import { problemInstance, requestIdOf, requestLogger } from './request-id'
 import { errorText, type Logger } from '../log'
+import { pathnameOf } from './client'
 
 /**
  * How long a failed request waits for its key's release before answering
@@ -562,8 +563,7 @@ const MAX_SUMMARY_CHARS = 1024
  * sent with one is the same request, not a 422.
  */
 function requestPath(request: Request): string {
-  const { pathname } = new URL(request.url)
-  return pathname.replace(/\/+$/, '') || '/'
+  return pathnameOf(request).replace(/\/+$/, '') || '/'
 }
 
 /**

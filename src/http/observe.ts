@@ -5,6 +5,7 @@
  * client from creating series at will. The app gives the list; anything else
  * is `other`.
  */
+import { pathnameOf } from './client'
 
 export interface AnswerEvent {
   /** One of the usual methods, else `OTHER`. */
@@ -44,7 +45,7 @@ export function observed(routes: readonly string[], onAnswer: (event: AnswerEven
     const response = await fetch(request)
     onAnswer({
       method: METHODS.has(request.method) ? request.method : 'OTHER',
-      route: routeLabel(new URL(request.url).pathname),
+      route: routeLabel(pathnameOf(request)),
       status: response.status,
       seconds: (performance.now() - started) / 1000,
     })

@@ -13,6 +13,7 @@
  */
 import { log as processLog, type LogFields, type Logger } from '../log'
 import { PROBLEM_CONTENT_TYPE } from './problem'
+import { pathnameOf } from './client'
 
 export const REQUEST_ID_HEADER = 'x-request-id'
 
@@ -111,7 +112,7 @@ export function withRequestIds(fetch: (request: Request) => Promise<Response>, o
       log[response.status === 500 ? 'error' : 'warn']('request failed', {
         request_id: context.id,
         method: request.method,
-        route: options.routeOf(new URL(request.url).pathname),
+        route: options.routeOf(pathnameOf(request)),
         status: response.status,
         code,
         duration_ms: Math.round(performance.now() - started),
