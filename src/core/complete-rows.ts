@@ -94,7 +94,7 @@ async function runCompletions(pool: postgres.Sql<Record<string, never>>, members
  * applies). `done` is the fence: the UPDATE matches a key only under its
  * current lease, and every INSERT takes only the rows of members in `done`.
  * `before` reads each key's deadline as the statement's snapshot saw it, to
- * delete its processing entry (sql/00006); a key whose lease moved on is not
+ * delete its processing entry (sql/engine/00005); a key whose lease moved on is not
  * in `done`, so its entry, now the new owner's, is left alone.
  */
 export function completionStatement(members: readonly Member[]): { text: string; parameters: string[] } {

@@ -70,7 +70,7 @@ type Rule = (now: string, seconds: string) => string
 const RULES = {
   /**
    * A processing key past its deadline (stale_at: its claim's instant plus
-   * the TTL it was claimed with, sql/00006). Its worker has stopped at its
+   * the TTL it was claimed with, sql/engine/00005). Its worker has stopped at its
    * own deadline (a margin before), alive or not: a retry reclaims it, an
    * operator may expire it. No setting is needed to judge it: the row knows.
    * Scans start from idempotency_processing (stale_at first).
@@ -82,7 +82,7 @@ const RULES = {
    * completes after its creation, so it is in the range of
    * idempotency_keys_created_at before the cut-off, which the first term
    * gives the planner (an index on completed_at would make every completion
-   * a non-HOT update: sql/00006).
+   * a non-HOT update: sql/engine/00005).
    */
   expired: (now, seconds) => `(k.created_at <= ${now} - make_interval(secs => ${seconds}) and k.status = 'done' and k.completed_at <= ${now} - make_interval(secs => ${seconds}))`,
   /**

@@ -2,7 +2,7 @@ import type { Lease, Sql } from './types'
 
 /**
  * Why a key is given back: kept with it, so operators can tell a failure
- * from a deadline (a late charge may follow one). sql/00006 checks the same
+ * from a deadline (a late charge may follow one). sql/engine/00005 checks the same
  * list.
  */
 export const RELEASE_REASONS = ['failed', 'deadline', 'shutdown', 'lost_claim', 'force_expired'] as const

@@ -13,7 +13,7 @@ import type { Sql } from '../core/types'
  * over the window and one TTL before it, then a hash aggregate. A key
  * completes within its TTL of its creation unless it was reclaimed or retried
  * after a release; those few are left out, the price of having no index on
- * completed_at (which would make every completion a non-HOT update, sql/00006).
+ * completed_at (which would make every completion a non-HOT update, sql/engine/00005).
  * It follows the window's keys, not the table: 41k completions in the hour
  * (1M keys over a day) took 25-70 ms on 2 cores. `now` is written inline rather than in a CTE:
  * with the CTE the planner misjudged the window and sorted on disk.

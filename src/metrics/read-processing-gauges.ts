@@ -13,7 +13,7 @@ export interface ProcessingGauges {
  * past the row's own deadline), the same rule the admin and the CLI count
  * with; no TTL is needed to judge it.
  *
- * Cost: both branches read only idempotency_processing (sql/00006), which
+ * Cost: both branches read only idempotency_processing (sql/engine/00005), which
  * holds in-flight and stranded keys and nothing else, a few hundred at most
  * however many completed keys wait for their retention; the stale branch is a
  * range of its primary key (test/metrics/gauge-plans.test.ts asserts the plan).

@@ -65,7 +65,7 @@ interface Row {
 
 /**
  * Released keys of one reason, newest release first. Reads only: a range
- * of idempotency_keys_released (sql/00006: only released keys have a
+ * of idempotency_keys_released (sql/engine/00005: only released keys have a
  * reason), keyset on (released_at, tenant, key), unique, so pages neither
  * repeat nor skip a key.
  */

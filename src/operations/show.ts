@@ -128,7 +128,7 @@ interface Row {
  * for a done key the payment by its id.
  *
  * What it shows of the request before it completes is the route's summary,
- * stored by the claim (sql/00006); the service keeps no body, only its
+ * stored by the claim (sql/engine/00005); the service keeps no body, only its
  * fingerprint.
  */
 export async function showKey(context: OperationsContext, tenant: string, key: string): Promise<KeyDetail | undefined> {

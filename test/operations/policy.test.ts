@@ -39,7 +39,7 @@ describe('cut-offs at their boundaries', () => {
   test('stale: a processing key is stale from exactly its own deadline (stale_at) on; a done key never', async () => {
     const id = identity({ tenant: 'pol-stale' })
     await createKey(db.sql, id, { status: 'processing', lockedAt: T0 })
-    // A hand-written row gets the default TTL (sql/00006's trigger); the engine writes its route's.
+    // A hand-written row gets the default TTL (sql/engine/00005's trigger); the engine writes its route's.
     const [row] = await db.sql<{ stale_at: Date }[]>`select stale_at from idempotency_keys where tenant = ${id.tenant} and key = ${id.key}`
     expect(row!.stale_at).toEqual(secondsAfter(T0, TTL))
     for (const [offset, want] of [[TTL - 0.001, false], [TTL, true], [TTL + 60, true]] as const) {
