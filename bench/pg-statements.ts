@@ -4,8 +4,8 @@ import type postgres from 'postgres'
  * The PostgreSQL side of a profile: contrib pg_stat_statements, per statement
  * of the bench's database, its calls, time and WAL. It must be in the
  * server's shared_preload_libraries (a restart); when it is not, the bench
- * says so and goes on. With the embedded server, BENCH_PG_STAT_STATEMENTS=1
- * makes bench/database.ts load it.
+ * says so and goes on. The bench's own embedded cluster loads it
+ * (bench/server.ts) unless BENCH_PG_STAT_STATEMENTS=0.
  */
 export interface StatementRow {
   query: string
@@ -25,7 +25,7 @@ export type StatementStats = { ok: true; statements: StatementRow[] } | { ok: fa
 export async function resetStatements(sql: postgres.Sql): Promise<{ ok: true } | { ok: false; note: string }> {
   const [row] = await sql<{ loaded: boolean }[]>`select current_setting('shared_preload_libraries') ~ 'pg_stat_statements' as loaded`
   if (!row?.loaded)
-    return { ok: false, note: 'pg_stat_statements is not in this server\'s shared_preload_libraries (with the embedded server, BENCH_PG_STAT_STATEMENTS=1 loads it)' }
+    return { ok: false, note: 'pg_stat_statements is not in this server\'s shared_preload_libraries (the bench\'s own embedded cluster loads it unless BENCH_PG_STAT_STATEMENTS=0)' }
   try {
     await sql`create extension if not exists pg_stat_statements`
     await sql`select pg_stat_statements_reset(0, d.oid, 0) from pg_database d where d.datname = current_database()`

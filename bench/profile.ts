@@ -11,9 +11,9 @@
  * - BENCH_PERF=1: `perf record -g` of the service process over the measured
  *   seconds too (kernel and runtime frames: syscalls, the loopback TCP path),
  *   to .data/bench-profile/perf-<kind>.data; read it with `perf report -i`.
- * - When the server has pg_stat_statements loaded (with the embedded server:
- *   BENCH_PG_STAT_STATEMENTS=1), PostgreSQL's side: each statement's calls,
- *   time and WAL per call.
+ * - When the server has pg_stat_statements loaded (the bench's own embedded
+ *   cluster does, bench/server.ts), PostgreSQL's side: each statement's
+ *   calls, time and WAL per call.
  * - CPU per answer of each side, from /proc, as in `npm run bench`.
  */
 import { mkdirSync } from 'node:fs'
