@@ -35,7 +35,7 @@ import { ownerText, previewText } from './operations/describe'
 import { operatorSettings, type GivenSettings, type OperatorSettings } from './operations/context'
 import { openPools } from './store/db'
 import { createLogger } from './log'
-import { findRunningEmbedded } from './store/embedded'
+import { embeddedDataDir, findRunningEmbedded } from './store/embedded'
 
 export const EXIT = { ok: 0, refused: 1, usage: 2 } as const
 
@@ -135,9 +135,11 @@ function databaseOf(io: CliIo): { url: string; pgbouncer: boolean } {
     throw error
   }
   if (config.databaseUrl) return { url: config.databaseUrl, pgbouncer: config.databasePgbouncer }
-  const embedded = findRunningEmbedded({ dir: config.embeddedDir, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR })
+  const where = { dir: config.embeddedDir, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR }
+  const embedded = findRunningEmbedded(where)
   if (!embedded)
-    throw new UsageError(`DATABASE_URL is not set, and no embedded PostgreSQL of this checkout is running (data in ${config.embeddedDir}): start the service (npm start), or point DATABASE_URL at its database, e.g. DATABASE_URL=postgres://user@host:5432/db`)
+    // Where the data is, not where it would be by default: as root in a private checkout it lives under /var/lib.
+    throw new UsageError(`DATABASE_URL is not set, and no embedded PostgreSQL of this checkout is running (data in ${embeddedDataDir(where)}): start the service (npm start), or point DATABASE_URL at its database, e.g. DATABASE_URL=postgres://user@host:5432/db`)
   io.err(`idem: DATABASE_URL is not set: using the embedded PostgreSQL of this checkout (data in ${embedded.dir}, port ${embedded.port})\n`)
   return { url: embedded.url, pgbouncer: false }
 }

@@ -117,6 +117,8 @@ export interface Config {
   readonly embeddedDir: string
   /** Port of the embedded PostgreSQL (EMBEDDED_PG_PORT, default 54329, off the standard 5432). */
   readonly embeddedPort: number
+  /** EMBEDDED_PG_PORT was set: a port taken by another server fails the start instead of moving to a free one. */
+  readonly embeddedPortChosen: boolean
   readonly production: boolean
 }
 
@@ -316,6 +318,7 @@ export function loadConfig(env: Env = process.env): Config {
     purgeIntervalMs: integer(env, 'PURGE_INTERVAL_MS', DEFAULT_PURGE_INTERVAL_MS, 100, 86_400_000),
     embeddedDir,
     embeddedPort: integer(env, 'EMBEDDED_PG_PORT', DEFAULT_EMBEDDED_PORT, 1, 65535),
+    embeddedPortChosen: (env.EMBEDDED_PG_PORT ?? '').trim() !== '',
     production,
   })
 }

@@ -72,13 +72,13 @@ async function main(): Promise<number> {
     if (!databaseUrl) {
       const { startEmbedded } = await import('./store/embedded')
       // An EMBEDDED_PG_DIR set by the operator is used as given; the default may move (see startEmbedded).
-      const embedded = await startEmbedded({ dir: config.embeddedDir, port: config.embeddedPort, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR, log: info })
+      const embedded = await startEmbedded({ dir: config.embeddedDir, port: config.embeddedPort, portChosen: config.embeddedPortChosen, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR, log: info })
       teardown.push(async () => {
-        await embedded.stop()
-        log.info('embedded PostgreSQL stopped')
+        if (await embedded.stop()) log.info('embedded PostgreSQL stopped')
+        else log.info('embedded PostgreSQL left running: another process of this checkout still uses it')
       })
       databaseUrl = embedded.url
-      log.info(`embedded PostgreSQL ready (data in ${embedded.dir}, port ${config.embeddedPort})`)
+      log.info(`embedded PostgreSQL ready (data in ${embedded.dir}, port ${embedded.port})`)
       if (stopped()) return 0
     }
     if (!isWorker && config.databasePgbouncer) {

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { chmodSync, chownSync, closeSync, cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, chownSync, closeSync, cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { basename, dirname, join, resolve } from 'node:path'
 import postgres from 'postgres'
@@ -26,6 +26,13 @@ export interface EmbeddedOptions {
   /** @default 54329 */
   readonly port?: number
   /**
+   * The port was chosen by the operator (EMBEDDED_PG_PORT): when another
+   * server holds it, the start fails naming the variable. Otherwise a port
+   * taken by another server (a second checkout's embedded PostgreSQL, a
+   * system one) is left to it, and a free one is used. @default false
+   */
+  readonly portChosen?: boolean
+  /**
    * When the postgres user (we run as root) cannot reach `dir`, keep the data
    * under SYSTEM_DATA_ROOTS instead, and say where. False: throw instead (an
    * EMBEDDED_PG_DIR set by the operator is used as given).
@@ -39,8 +46,15 @@ export interface EmbeddedPostgres {
   readonly url: string
   /** The data directory in use: `dir`, or where it was relocated. */
   readonly dir: string
-  /** Fast shutdown (SIGINT): the clients are gone by then; waits for the server to exit. */
-  stop(): Promise<void>
+  /** The port it listens on: the one asked for, a free one instead, or the adopted server's. */
+  readonly port: number
+  /**
+   * This process is done with the server. The last user stops it (fast
+   * shutdown, SIGINT: the clients are gone by then) and waits for it to
+   * exit; while another live process still uses it, it is left running.
+   * True when it is stopped (by this call, or gone before), false when left running.
+   */
+  stop(): Promise<boolean>
 }
 
 /**
@@ -60,43 +74,128 @@ export interface EmbeddedPostgres {
  * SYSTEM_DATA_ROOTS (logged at every start), unless `relocate` is false.
  */
 export async function startEmbedded(options: EmbeddedOptions = {}): Promise<EmbeddedPostgres> {
-  const port = options.port ?? DEFAULT_EMBEDDED_PORT
   const log = options.log ?? (() => undefined)
-  const url = embeddedUrl(port)
   const owner = await postgresUser()
   const bin = await binariesFor(owner, log)
   const dir = await placeData(resolve(options.dir ?? '.data/pg'), owner, options.relocate ?? true, log)
 
   if (!existsSync(join(dir, 'PG_VERSION'))) await initialise(dir, bin, owner, log)
 
-  let pid = runningPostmaster(dir)
-  if (pid !== undefined) {
-    log(`adopting the PostgreSQL server (pid ${pid}) still running on ${dir}`)
-  } else {
-    rmSync(join(dir, 'postmaster.pid'), { force: true }) // left by a killed server; nothing owns it
-    const logFd = openSync(resolve(dir, '..', 'postgres.log'), 'a')
-    const child = spawn(join(bin, 'postgres'), ['-D', dir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='], {
-      detached: true,
-      stdio: ['ignore', logFd, logFd],
-      ...(owner ?? {}),
-    })
-    closeSync(logFd)
-    child.unref()
-    pid = child.pid
-    if (pid === undefined) throw new Error('could not start the embedded PostgreSQL')
+  // Registered before the server is looked for: a sibling stopping meanwhile then sees us and leaves it running.
+  const user = register(dir)
+  try {
+    let pid = runningPostmaster(dir)
+    let port: number
+    if (pid !== undefined) {
+      // Ours by its data directory and its lock file (runningPostmaster): its port is the one it listens on.
+      port = lockFilePort(dir) ?? options.port ?? DEFAULT_EMBEDDED_PORT
+      const siblings = user.others()
+      log(siblings.length > 0
+        ? `sharing the PostgreSQL server (pid ${pid}) on ${dir} with pid ${siblings.join(', ')}: the last one to stop stops it`
+        : `adopting the PostgreSQL server (pid ${pid}) still running on ${dir}`)
+    } else {
+      port = await portFor(options)
+      if (port !== (options.port ?? DEFAULT_EMBEDDED_PORT))
+        log(`port ${options.port ?? DEFAULT_EMBEDDED_PORT} is taken by another server: the embedded PostgreSQL of ${dir} listens on ${port} (set EMBEDDED_PG_PORT to choose)`)
+      rmSync(join(dir, 'postmaster.pid'), { force: true }) // left by a killed server; nothing owns it
+      const logFd = openSync(resolve(dir, '..', 'postgres.log'), 'a')
+      const child = spawn(join(bin, 'postgres'), ['-D', dir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='], {
+        detached: true,
+        stdio: ['ignore', logFd, logFd],
+        ...(owner ?? {}),
+      })
+      closeSync(logFd)
+      child.unref()
+      pid = child.pid
+      if (pid === undefined) throw new Error('could not start the embedded PostgreSQL')
+    }
+    const url = embeddedUrl(port)
+    await waitUntilReady(url, pid, dir)
+    const serverPid = pid
+    return {
+      url,
+      dir,
+      port,
+      async stop() {
+        const others = user.leave()
+        if (others.length > 0) {
+          log(`the embedded PostgreSQL stays up: pid ${others.join(', ')} still use it`)
+          return false
+        }
+        if (!alive(serverPid)) return true
+        process.kill(serverPid, 'SIGINT')
+        const deadline = Date.now() + STOP_TIMEOUT_MS
+        while (alive(serverPid) && Date.now() < deadline) await Bun.sleep(50)
+        if (alive(serverPid)) process.kill(serverPid, 'SIGQUIT')
+        return true
+      },
+    }
+  } catch (error) {
+    user.leave()
+    throw error
   }
-  await waitUntilReady(url, pid, dir)
-  const serverPid = pid
+}
+
+/**
+ * The processes that use the server of `dir`: one file each in `<dir>.users`,
+ * named by pid and a random part (one process may start it twice: the test
+ * harness, a CLI inside a service). A file whose pid is gone was left by a
+ * killed process and does not count: its server is an orphan, adopted by the
+ * next start and stopped by its last user.
+ */
+function register(dir: string): { others(): number[]; leave(): number[] } {
+  const users = `${dir}.users`
+  mkdirSync(users, { recursive: true })
+  const me = `${process.pid}-${crypto.randomUUID().slice(0, 8)}`
+  writeFileSync(join(users, me), '')
+  const others = () => {
+    const pids: number[] = []
+    for (const name of readdirSync(users)) {
+      if (name === me) continue
+      const pid = Number(name.split('-')[0])
+      if (Number.isInteger(pid) && pid > 0 && alive(pid)) pids.push(pid)
+      else rmSync(join(users, name), { force: true })
+    }
+    return [...new Set(pids)]
+  }
   return {
-    url,
-    dir,
-    async stop() {
-      if (!alive(serverPid)) return
-      process.kill(serverPid, 'SIGINT')
-      const deadline = Date.now() + STOP_TIMEOUT_MS
-      while (alive(serverPid) && Date.now() < deadline) await Bun.sleep(50)
-      if (alive(serverPid)) process.kill(serverPid, 'SIGQUIT')
+    others,
+    leave() {
+      rmSync(join(users, me), { force: true })
+      return others()
     },
+  }
+}
+
+/** The port to start on: the one asked for when nothing listens there; else a free one, unless the operator chose it. */
+async function portFor(options: EmbeddedOptions): Promise<number> {
+  const wanted = options.port ?? DEFAULT_EMBEDDED_PORT
+  if (await portIsFree(wanted)) return wanted
+  if (options.portChosen)
+    throw new Error(`EMBEDDED_PG_PORT: port ${wanted} is taken by another server; choose a free port, or leave EMBEDDED_PG_PORT unset to use a free one`)
+  const probe = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+  const port = probe.port
+  probe.stop(true)
+  return port
+}
+
+async function portIsFree(port: number): Promise<boolean> {
+  try {
+    const probe = Bun.listen({ hostname: '127.0.0.1', port, socket: { data() {} } })
+    probe.stop(true)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** The port a running server of `dir` listens on, from its lock file (postmaster.pid, line 4). */
+function lockFilePort(dir: string): number | undefined {
+  try {
+    const port = Number(readFileSync(join(dir, 'postmaster.pid'), 'utf8').split('\n')[3])
+    return Number.isInteger(port) && port > 0 && port <= 65535 ? port : undefined
+  } catch {
+    return undefined
   }
 }
 
@@ -160,10 +259,21 @@ export function findRunningEmbedded(options: Pick<EmbeddedOptions, 'dir' | 'relo
   const wanted = resolve(options.dir ?? '.data/pg')
   for (const dir of [wanted, ...(options.relocate ?? true ? relocatedDirs(wanted) : [])]) {
     if (runningPostmaster(dir) === undefined) continue
-    const port = Number(readFileSync(join(dir, 'postmaster.pid'), 'utf8').split('\n')[3])
-    if (Number.isInteger(port) && port > 0 && port <= 65535) return { url: embeddedUrl(port), dir, port }
+    const port = lockFilePort(dir)
+    if (port !== undefined) return { url: embeddedUrl(port), dir, port }
   }
   return undefined
+}
+
+/**
+ * Where startEmbedded keeps (or would keep) the data of these options: the
+ * first of `dir` and, with `relocate`, this checkout's folders under
+ * SYSTEM_DATA_ROOTS that holds a database; `dir` when none does yet.
+ */
+export function embeddedDataDir(options: Pick<EmbeddedOptions, 'dir' | 'relocate'> = {}): string {
+  const wanted = resolve(options.dir ?? '.data/pg')
+  const candidates = [wanted, ...(options.relocate ?? true ? relocatedDirs(wanted) : [])]
+  return candidates.find((dir) => existsSync(join(dir, 'PG_VERSION'))) ?? wanted
 }
 
 /** Makes `dir` if need be (each new level mode 0755, whatever the umask); whether `owner` can then enter it. */
@@ -344,22 +454,39 @@ function runningPostmaster(dir: string): number | undefined {
   }
 }
 
+/**
+ * Until the server answers, and is ours: a server of another data directory
+ * on the same port (a second checkout, when ours failed to bind) must never
+ * be taken for it, or this checkout would serve on that one's data.
+ */
 async function waitUntilReady(url: string, pid: number, dir: string): Promise<void> {
   const deadline = Date.now() + START_TIMEOUT_MS
   while (Date.now() < deadline) {
     const sql = postgres(url, { max: 1, connect_timeout: 2, fetch_types: false, onnotice: () => undefined })
+    let serving: string | undefined
     try {
-      await sql`select 1`
-      return
+      const [row] = await sql<{ dir: string }[]>`select current_setting('data_directory') as dir`
+      serving = row!.dir
     } catch {
       if (!alive(pid)) break
       await Bun.sleep(100)
+      continue
     } finally {
       await sql.end({ timeout: 1 })
     }
+    if (sameDirectory(serving, dir)) return
+    throw new Error(`port ${new URL(url).port} answers with another PostgreSQL (data in ${serving}), not this one's (${dir}); set EMBEDDED_PG_PORT to a free port`)
   }
   const logTail = (() => {
     try { return readFileSync(resolve(dir, '..', 'postgres.log'), 'utf8').split('\n').slice(-15).join('\n') } catch { return '' }
   })()
   throw new Error(`the embedded PostgreSQL did not start; last lines of its log:\n${logTail}`)
+}
+
+function sameDirectory(a: string, b: string): boolean {
+  try {
+    return realpathSync(a) === realpathSync(b)
+  } catch {
+    return resolve(a) === resolve(b)
+  }
 }
