@@ -129,3 +129,22 @@ test('crash (SIGKILL of the group, then of PostgreSQL too), restart, data intact
   expect(alive(newPg)).toBe(false)
   expect(existsSync(join(temp, 'pg', 'postmaster.pid'))).toBe(false) // a clean shutdown removes it
 }, 90_000)
+
+test('two `npm start` of one checkout: the second shares the first one\'s database, and its SIGTERM leaves it running for the first', async () => {
+  const first = await start()
+  const pg = postmasterPid()!
+  const second = await start()
+  expect(second.output()).toContain(`sharing the PostgreSQL server (pid ${pg})`)
+  expect((await pay(second, `emb-second-${crypto.randomUUID()}`)).status).toBe(201)
+  process.kill(second.proc.pid, 'SIGTERM')
+  expect(await second.exited()).toBe(0)
+  expect(second.output()).toContain('embedded PostgreSQL left running: another process of this checkout still uses it')
+  expect(alive(pg)).toBe(true)
+  // The first one never noticed: ready, and it takes payments.
+  expect((await fetch(`${first.url}/readyz`)).status).toBe(200)
+  expect((await pay(first, `emb-first-${crypto.randomUUID()}`)).status).toBe(201)
+  process.kill(first.proc.pid, 'SIGTERM')
+  expect(await first.exited()).toBe(0)
+  expect(first.output()).toContain('embedded PostgreSQL stopped')
+  expect(alive(pg)).toBe(false)
+}, 60_000)
