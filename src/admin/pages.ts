@@ -20,7 +20,7 @@ import { CONTENT_SECURITY_POLICY, type Operator } from './layout'
 import { auditHref, backFilters, backOf, keyHref, listHref } from './links'
 import { AuditEntryParams, AuditQuery, ConfirmExpireQuery, ConfirmExpireStaleQuery, CsrfForm, EndSessionForm, ExpireForm, ExpireStaleForm, KeyDetailQuery, KeyParams, KeyQuery, ListQuery, SessionsQuery, SignInForm, SignInQuery, ReleasedQuery, RunbookParams } from './schemas'
 import { actorOf, readCookie, sameOrigin, SESSION_COOKIE, sessionCookie, validNote } from './session'
-import { endSessionById, endSessionByToken, openSessions, startSession, useSession, type Session } from './sessions'
+import { endSessionById, endSessionByToken, openSessions, startSession, useSession, type Session, type SessionSummary } from './sessions'
 import { AuditEntryPage, AuditPage } from './views/audit'
 import { ConfirmExpirePage, ConfirmExpireStalePage, ConfirmPurgePage } from './views/confirm'
 import { KeyDetailPage } from './views/key-detail'
@@ -83,6 +83,8 @@ export function adminPages(deps: AdminDeps) {
     Object.assign(set.headers, { 'content-type': 'text/html; charset=utf-8' }, SECURITY_HEADERS, extra)
   }
   const operatorOf = (session: Session): Operator => ({ name: session.operator, csrf: session.csrf })
+  /** A session whose operator or token is no longer configured here is dead at once (operators.ts revocation). */
+  const revokedHere = (session: SessionSummary) => auth.operators.revocation(session.operator, session.binding)
   const actor = (session: Session) => actorOf('admin', session.operator, session.note)
   const resultEntry = async (id: string | undefined) => (id ? ops.auditEntry(id) : undefined)
 
@@ -114,7 +116,7 @@ export function adminPages(deps: AdminDeps) {
       }
       const note = body.note?.trim()
       const { address, secure } = requestMeta(request)
-      const { token, session } = await startSession(sql, { operator: verdict.operator, note: note && validNote(note) ? note : undefined, address }, now())
+      const { token, session } = await startSession(sql, { operator: verdict.operator, binding: auth.operators.bindingOf(verdict.operator)!, note: note && validNote(note) ? note : undefined, address }, now())
       log.info('admin signed in', { operator: session.operator, address, session: session.id })
       return redirect(next, { 'set-cookie': sessionCookie(token, secure) })
     }, { body: SignInForm })
@@ -124,7 +126,7 @@ export function adminPages(deps: AdminDeps) {
     // Before validation and the handler: without an open session nothing else is looked at;
     // a state-changing request from another origin is refused before its body is judged.
     .derive(async ({ request }) => {
-      const session = await useSession(sql, readCookie(request, SESSION_COOKIE), now())
+      const session = await useSession(sql, readCookie(request, SESSION_COOKIE), revokedHere, now())
       if (!session) throw new SignedOutError()
       requestSessions.set(request, session)
       if (request.method !== 'GET' && request.method !== 'HEAD' && !sameOrigin(request)) throw new CrossSiteError()
@@ -241,7 +243,7 @@ export function adminPages(deps: AdminDeps) {
     }, { body: CsrfForm })
 
     .get('/sessions', async ({ html, set, query, operator, session }) => {
-      const sessions = await openSessions(sql, now())
+      const sessions = (await openSessions(sql, now())).map((open) => ({ ...open, revoked: auth.operators.revocation(open.operator, open.binding) }))
       page(set)
       return html(await SessionsPage({ operator, sessions, current: session.id, ended: query.ended }))
     }, { query: SessionsQuery })

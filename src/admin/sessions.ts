@@ -30,6 +30,8 @@ export interface Session {
   readonly address: string
   readonly startedAt: Date
   readonly lastSeenAt: Date
+  /** The tag of the credential it was opened with (operators.ts bindingOf); null for a session of an earlier release. */
+  readonly binding: Buffer | null
   /** This session's CSRF token (derived from its secret token, so it is known to this browser only). */
   readonly csrf: string
 }
@@ -43,6 +45,7 @@ interface Row {
   address: string
   started_at: Date
   last_seen_at: Date
+  credential: Buffer | null
 }
 
 const hashOf = (token: string): Buffer => createHash('sha256').update(token).digest()
@@ -50,13 +53,15 @@ const hashOf = (token: string): Buffer => createHash('sha256').update(token).dig
 export const csrfOf = (token: string): string => createHmac('sha256', token).update('idempotent-post admin csrf v2').digest('base64url')
 
 const clock = (sql: Sql, now: Date | undefined) => sql`coalesce(${now ?? null}::timestamptz, now())`
+/** The columns of a session row, as every statement here returns them (nested with sql.unsafe: not a parameter). */
+const COLUMNS = 'id, operator, note, address, started_at, last_seen_at, credential'
 
 function sessionOf(row: Row, token: string): Session {
   return { ...summaryOf(row), csrf: csrfOf(token) }
 }
 
 function summaryOf(row: Row): SessionSummary {
-  return { id: String(row.id), operator: row.operator, note: row.note, address: row.address, startedAt: row.started_at, lastSeenAt: row.last_seen_at }
+  return { id: String(row.id), operator: row.operator, note: row.note, address: row.address, startedAt: row.started_at, lastSeenAt: row.last_seen_at, binding: row.credential }
 }
 
 /**
@@ -64,25 +69,27 @@ function summaryOf(row: Row): SessionSummary {
  * and the session. Sessions that have ended by time are deleted first: the
  * table holds open sessions and, at most, those since the last sign-in.
  */
-export async function startSession(sql: Sql, who: { operator: string; note?: string | undefined; address: string }, now?: Date): Promise<{ token: string; session: Session }> {
+export async function startSession(sql: Sql, who: { operator: string; binding: Buffer; note?: string | undefined; address: string }, now?: Date): Promise<{ token: string; session: Session }> {
   const token = Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url')
   const at = clock(sql, now)
   await sql`delete from admin_sessions
              where last_seen_at <= ${at} - make_interval(secs => ${SESSION_IDLE_SECONDS})
                 or started_at <= ${at} - make_interval(secs => ${SESSION_MAX_SECONDS})`
   const [row] = await sql<Row[]>`
-    insert into admin_sessions (token_hash, operator, note, address, started_at, last_seen_at)
-    values (${hashOf(token)}, ${who.operator}, ${who.note || null}, ${who.address.slice(0, 64) || 'unknown'}, ${at}, ${at})
-    returning id, operator, note, address, started_at, last_seen_at`
+    insert into admin_sessions (token_hash, operator, credential, note, address, started_at, last_seen_at)
+    values (${hashOf(token)}, ${who.operator}, ${who.binding}, ${who.note || null}, ${who.address.slice(0, 64) || 'unknown'}, ${at}, ${at})
+    returning ${sql.unsafe(COLUMNS)}`
   return { token, session: sessionOf(row!, token) }
 }
 
 /**
  * The open session of a cookie's token, marked as used now; undefined when
- * there is none (malformed, signed out, ended, idle too long, too old).
- * One UPDATE, on the unique index: an admin request costs one row write.
+ * there is none (malformed, signed out, ended, idle too long, too old), or
+ * when `revoked` says its credential is no longer configured (its row then
+ * goes, as an ended one's does). One UPDATE, on the unique index: an admin
+ * request costs one row write.
  */
-export async function useSession(sql: Sql, token: string | undefined, now?: Date): Promise<Session | undefined> {
+export async function useSession(sql: Sql, token: string | undefined, revoked: (session: SessionSummary) => unknown, now?: Date): Promise<Session | undefined> {
   if (!token || !TOKEN_PATTERN.test(token)) return undefined
   const at = clock(sql, now)
   const [row] = await sql<Row[]>`
@@ -90,8 +97,13 @@ export async function useSession(sql: Sql, token: string | undefined, now?: Date
      where token_hash = ${hashOf(token)}
        and last_seen_at > ${at} - make_interval(secs => ${SESSION_IDLE_SECONDS})
        and started_at > ${at} - make_interval(secs => ${SESSION_MAX_SECONDS})
-    returning id, operator, note, address, started_at, last_seen_at`
-  if (row) return sessionOf(row, token)
+    returning ${sql.unsafe(COLUMNS)}`
+  if (row) {
+    const session = sessionOf(row, token)
+    if (!revoked(session)) return session
+    await sql`delete from admin_sessions where id = ${row.id}`
+    return undefined
+  }
   // Ended by time: the row goes now, so the session stays ended whatever a clock does next.
   await sql`delete from admin_sessions
              where token_hash = ${hashOf(token)}
@@ -108,7 +120,7 @@ export async function endSessionByToken(sql: Sql, token: string): Promise<boolea
 
 /** An operator ends a session from the list; returns what it was, if it was open. */
 export async function endSessionById(sql: Sql, id: string): Promise<SessionSummary | undefined> {
-  const [row] = await sql<Row[]>`delete from admin_sessions where id = ${id} returning id, operator, note, address, started_at, last_seen_at`
+  const [row] = await sql<Row[]>`delete from admin_sessions where id = ${id} returning ${sql.unsafe(COLUMNS)}`
   return row ? summaryOf(row) : undefined
 }
 
@@ -116,7 +128,7 @@ export async function endSessionById(sql: Sql, id: string): Promise<SessionSumma
 export async function openSessions(sql: Sql, now?: Date): Promise<SessionSummary[]> {
   const at = clock(sql, now)
   const rows = await sql<Row[]>`
-    select id, operator, note, address, started_at, last_seen_at from admin_sessions
+    select ${sql.unsafe(COLUMNS)} from admin_sessions
      where last_seen_at > ${at} - make_interval(secs => ${SESSION_IDLE_SECONDS})
        and started_at > ${at} - make_interval(secs => ${SESSION_MAX_SECONDS})
      order by last_seen_at desc, id desc

@@ -1,0 +1,11 @@
+-- A session is bound to the credential that opened it: a tag of the
+-- operator's token (src/admin/operators.ts bindingOf), so removing an
+-- operator from ADMIN_TOKENS or rotating their token ends their sessions at
+-- once, on every process that runs with the new configuration
+-- (src/admin/sessions.ts useSession).
+--
+-- Online: a nullable column without a default is a catalog change only.
+-- Sessions of the previous release have no tag and end at their next use
+-- by this one (the operator signs in again); the previous release ignores the
+-- column and keeps serving its own.
+alter table admin_sessions add column credential bytea check (credential is null or length(credential) = 16);
