@@ -170,9 +170,10 @@ function apiKeys(env: Env, production: boolean): { keys: Map<string, string>; de
     return { keys: new Map([[DEMO_API_KEY, 'demo']]), demo: true }
   }
   const keys = new Map<string, string>()
-  for (const entry of raw.split(',')) {
+  for (const [index, entry] of raw.split(',').entries()) {
     const match = /^([A-Za-z0-9_.-]{1,64}):([!-~]{1,256})$/.exec(entry.trim())
-    if (!match) throw new ConfigError('API_KEYS', `every entry must be tenant:key (tenant of letters, digits, _ . -), got ${JSON.stringify(entry.trim())}`)
+    // The entry is named by its position, never shown: it holds a key.
+    if (!match) throw new ConfigError('API_KEYS', `every entry must be tenant:key (tenant of letters, digits, _ . -; key of 1 to 256 printable characters), entry ${index + 1} is not`)
     const [, tenant, key] = match as unknown as [string, string, string]
     if (keys.has(key)) throw new ConfigError('API_KEYS', `the same key is given twice`)
     if (production && key === DEMO_API_KEY) throw new ConfigError('API_KEYS', `tenant "${tenant}" has the demo key, which NODE_ENV=production refuses`)
@@ -206,10 +207,13 @@ function operators(env: Env, production: boolean): { operators: OperatorCredenti
   if (single) add('ADMIN_TOKEN', DEFAULT_OPERATOR, single)
   const named = env.ADMIN_TOKENS?.trim()
   if (named) {
-    for (const entry of named.split(',')) {
+    for (const [index, entry] of named.split(',').entries()) {
       const match = /^([^:]+):([!-~]{1,512})$/.exec(entry.trim())
-      if (!match || !OPERATOR_NAME.test(match[1]!))
-        throw new ConfigError('ADMIN_TOKENS', `every entry must be name:token or name:sha256:<64 hex digits> (name of letters, digits, _ . @ -), got an entry starting ${JSON.stringify(entry.trim().slice(0, 12))}`)
+      // Named by its position (and its operator, when that part is a name), never shown: it holds a token.
+      if (!match || !OPERATOR_NAME.test(match[1]!)) {
+        const name = /^([A-Za-z0-9_.@-]{1,40}):/.exec(entry.trim())?.[1]
+        throw new ConfigError('ADMIN_TOKENS', `every entry must be name:token or name:sha256:<64 hex digits> (name of letters, digits, _ . @ -), entry ${index + 1}${name ? ` (operator "${name}")` : ''} is not`)
+      }
       add('ADMIN_TOKENS', match[1]!, match[2]!)
     }
   }
@@ -260,6 +264,9 @@ export function loadDatabaseConfig(env: Env = process.env): DatabaseConfig {
   const databaseUrl = env.DATABASE_URL?.trim() || undefined
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl))
     throw new ConfigError('DATABASE_URL', 'must be a postgres:// or postgresql:// URL')
+  // Parsed here, so a URL the driver cannot read stops the start naming the variable (not "Invalid URL" from deep inside).
+  if (databaseUrl !== undefined && !URL.canParse(databaseUrl))
+    throw new ConfigError('DATABASE_URL', 'is not a URL that parses (a password with @, / or : must be percent-encoded); not shown, it may hold a password')
   return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1, embeddedDir: env.EMBEDDED_PG_DIR?.trim() || DEFAULT_EMBEDDED_DIR }
 }
 
@@ -332,13 +339,14 @@ function badPort(env: Env, name: string): number {
 function providerUrl(env: Env): string | undefined {
   const raw = env.PAYMENT_PROVIDER_URL?.trim()
   if (!raw) return undefined
+  // Never repeated in the message: it may carry the provider's credentials (user:password@, ?key=).
   let url: URL
   try {
     url = new URL(raw)
   } catch {
-    throw new ConfigError('PAYMENT_PROVIDER_URL', `must be an http:// or https:// URL, got ${JSON.stringify(raw)}`)
+    throw new ConfigError('PAYMENT_PROVIDER_URL', 'must be an http:// or https:// URL; it does not parse (not shown: it may hold credentials)')
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
-    throw new ConfigError('PAYMENT_PROVIDER_URL', `must be an http:// or https:// URL, got ${JSON.stringify(raw)}`)
+    throw new ConfigError('PAYMENT_PROVIDER_URL', `must be an http:// or https:// URL, got one with the scheme ${JSON.stringify(url.protocol.slice(0, 16))}`)
   return raw.replace(/\/+$/, '')
 }
