@@ -28,12 +28,16 @@ export class AdminAuth {
     private readonly log: Logger = defaultLog,
   ) {}
 
-  /** `Authorization: Bearer <token>` of an /admin/api request. No header is no guess: it is not counted. */
+  /**
+   * `Authorization: Bearer <token>` of an /admin/api request. No header, or
+   * one without the Bearer scheme (RFC 6750), is no guess: it is refused and
+   * not counted.
+   */
   bearer(request: Request): TokenCheck {
     const known = this.#bearers.get(request)
     if (known) return known
     const header = request.headers.get('authorization')?.trim()
-    const token = header ? BEARER.exec(header)?.[1] ?? header : undefined
+    const token = header ? BEARER.exec(header)?.[1] : undefined
     const verdict = token === undefined ? { kind: 'missing' as const } : this.check(request, token, 'bearer')
     this.#bearers.set(request, verdict)
     return verdict

@@ -70,9 +70,14 @@ function isCsrf(session: Session, token: string | undefined): boolean {
 /** A browser asks for HTML; a script sending the form by hand gets problem+json. */
 const wantsHtml = (request: Request) => /\btext\/html\b/.test(request.headers.get('accept') ?? '')
 
-/** Where to go after signing in: a path of ours under /admin, never elsewhere. */
+/**
+ * Where to go after signing in: a path of ours under /admin, never elsewhere.
+ * Printable ASCII only: it becomes a Location header, which takes no other
+ * byte (a `next` of `/admin/😀` broke the sign-in itself); a browser sends
+ * such a path percent-encoded anyway.
+ */
 export function safeNext(next: string | undefined): string {
-  return next && next.length <= 2048 && /^\/admin(?:[/?]|$)/.test(next) && !/[\\\u0000-\u001f]/.test(next) ? next : '/admin'
+  return next && next.length <= 2048 && /^\/admin(?:[/?]|$)/.test(next) && /^[!-~]+$/.test(next) && !next.includes('\\') ? next : '/admin'
 }
 
 type ResponseSet = { headers: Record<string, string | number>; status?: number | string }

@@ -120,13 +120,28 @@ function classify(code: unknown, error: unknown): Refusal {
   if (error instanceof UnsupportedBodyError) return 'unsupported'
   if (error instanceof BadBodyError || code === 'PARSE') return 'bad-body'
   if (error instanceof OperationInputError || code === 'VALIDATION') return 'invalid'
+  // A value the schema let through that PostgreSQL cannot hold (an id beyond bigint, a year 0): the request's, not ours.
+  if (isValueOutOfRange(error)) return 'invalid'
   if (isUnavailable(error)) return 'unavailable'
   return 'internal'
+}
+
+/**
+ * PostgreSQL's data exceptions for a value out of its type's range:
+ * numeric_value_out_of_range (22003), datetime_field_overflow (22008),
+ * invalid_datetime_format (22007). Statements of the admin take their values
+ * from the request, so these are answered as a malformed field, never a 500.
+ */
+const OUT_OF_RANGE = new Set(['22003', '22007', '22008'])
+function isValueOutOfRange(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code
+  return typeof code === 'string' && OUT_OF_RANGE.has(code)
 }
 
 /** The field a TypeBox validation failure names, for a message an operator can act on. */
 function invalidField(error: unknown): string {
   if (error instanceof OperationInputError) return error.message
+  if (isValueOutOfRange(error)) return 'a value of this request is out of range'
   const property = (error as { valueError?: { path?: string } }).valueError?.path?.replace(/^\//, '')
   return property ? `${property} is malformed` : 'a field of this request is malformed'
 }
