@@ -2,6 +2,7 @@ import type postgres from 'postgres'
 import { purgeExpired, PURGE_BATCH_SIZE } from '../src/core/purge'
 import { PURGE_PAUSE_MS } from '../src/maintenance/retention-purge'
 import { percentile, round2 } from './load'
+import { BENCH_METRICS_TOKEN } from './service'
 
 /** Scrapes of /metrics timed with the gauge cache off. */
 export const SCRAPES = 20
@@ -16,7 +17,7 @@ export async function timeScrapes(baseUrl: string) {
   let stale = Number.NaN
   for (let i = 0; i < SCRAPES; i++) {
     const started = performance.now()
-    const response = await fetch(`${baseUrl}/metrics`)
+    const response = await fetch(`${baseUrl}/metrics`, { headers: { authorization: `Bearer ${BENCH_METRICS_TOKEN}` } })
     const text = await response.text()
     times.push(performance.now() - started)
     if (response.status !== 200) throw new Error(`/metrics answered ${response.status}`)

@@ -4,6 +4,8 @@ import { spawnService } from '../test/support/process'
 // Production mode (NODE_ENV below) refuses keys and tokens under 32 characters.
 export const BENCH_API_KEY = 'bench-key-0123456789abcdef0123456789'
 export const BENCH_TENANT = 'bench'
+/** Production serves /metrics only behind a token (or on a port of its own). */
+export const BENCH_METRICS_TOKEN = 'bench-metrics-token-0123456789abcdef01'
 
 export interface Service {
   readonly url: string
@@ -27,6 +29,7 @@ export async function startService(databaseUrl: string, providerUrl: string, env
       PAYMENT_PROVIDER_URL: providerUrl,
       API_KEYS: `${BENCH_TENANT}:${BENCH_API_KEY}`,
       ADMIN_TOKEN: 'bench-admin-token-0123456789abcdef0123',
+      METRICS_TOKEN: BENCH_METRICS_TOKEN,
       // A benchmark is one tenant at full speed: the per-tenant limits would measure themselves.
       TENANT_RATE_LIMIT: '0',
       TENANT_MAX_IN_FLIGHT: '0',

@@ -2,7 +2,7 @@ import type postgres from 'postgres'
 import { percentile, round2, type CpuTotals, type LoadResult } from './load'
 import { paymentBody } from './round-trips'
 import { insertInFlightKey, keepInFlightKeyYoung } from './seed'
-import { BENCH_TENANT } from './service'
+import { BENCH_METRICS_TOKEN, BENCH_TENANT } from './service'
 
 /** The storm: 300 concurrent retries of one key (the figure of the original issue), sent 10 times over for stable percentiles. */
 export const STORM_CONNECTIONS = 300
@@ -102,7 +102,7 @@ export async function runStorm(
 
 /** Cumulative bucket counts (by `le`) of the service's idempotency_request_duration_seconds for 409 in_progress. */
 async function inProgressHistogram(baseUrl: string): Promise<Map<string, number>> {
-  const text = await (await fetch(`${baseUrl}/metrics`)).text()
+  const text = await (await fetch(`${baseUrl}/metrics`, { headers: { authorization: `Bearer ${BENCH_METRICS_TOKEN}` } })).text()
   const buckets = new Map<string, number>()
   for (const line of text.split('\n')) {
     if (!line.startsWith('idempotency_request_duration_seconds_bucket{') || !line.includes('outcome="in_progress"')) continue

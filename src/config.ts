@@ -4,7 +4,7 @@
  * would hide a typo until the first incident.
  */
 import { isIP } from 'node:net'
-import { credential, DEFAULT_OPERATOR, OPERATOR_NAME, type OperatorCredential } from './credentials'
+import { credential, DEFAULT_OPERATOR, OPERATOR_NAME, tokenDigest, type OperatorCredential } from './credentials'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, MIN_TTL_SECONDS } from './core/policy'
 
 /** Listen address; loopback unless the operator opens it up. */
@@ -35,6 +35,28 @@ export const DEFAULT_PROVIDER_LEDGER = '.data/provider/ledger.sqlite'
 export const MIN_PRODUCTION_SECRET_LENGTH = 32
 /** Outside production a short admin token is only refused below this (a typo, not a choice). */
 const MIN_DEV_TOKEN_LENGTH = 8
+/**
+ * The least a production secret's characters may carry, in bits: its length
+ * times the Shannon entropy of its characters. 32 random base64url characters
+ * give about 150, 32 random hex digits about 120; one letter repeated gives 0,
+ * `abcd` repeated 64. A floor against a typed or patterned token, not a
+ * proof of randomness.
+ */
+export const MIN_PRODUCTION_SECRET_BITS = 96
+
+/** `secret`'s length times the Shannon entropy of its characters, in bits. */
+export function secretBits(secret: string): number {
+  const counts = new Map<string, number>()
+  for (const char of secret) counts.set(char, (counts.get(char) ?? 0) + 1)
+  let perChar = 0
+  for (const count of counts.values()) {
+    const p = count / secret.length
+    perChar -= p * Math.log2(p)
+  }
+  return perChar * secret.length
+}
+
+const LOW_ENTROPY = `looks typed or patterned (fewer than ${MIN_PRODUCTION_SECRET_BITS} bits by its characters); NODE_ENV=production needs a random one, e.g. openssl rand -base64 32`
 /** The key of the dev-only demo tenant, refused in production even when given explicitly. */
 export const DEMO_API_KEY = 'demo-key'
 /**
@@ -179,6 +201,7 @@ function apiKeys(env: Env, production: boolean): { keys: Map<string, string>; de
     if (production && key === DEMO_API_KEY) throw new ConfigError('API_KEYS', `tenant "${tenant}" has the demo key, which NODE_ENV=production refuses`)
     if (production && key.length < MIN_PRODUCTION_SECRET_LENGTH)
       throw new ConfigError('API_KEYS', `tenant "${tenant}"'s key is ${key.length} characters; NODE_ENV=production needs at least ${MIN_PRODUCTION_SECRET_LENGTH}`)
+    if (production && secretBits(key) < MIN_PRODUCTION_SECRET_BITS) throw new ConfigError('API_KEYS', `tenant "${tenant}"'s key ${LOW_ENTROPY}`)
     keys.set(key, tenant)
   }
   return { keys, demo: false }
@@ -199,6 +222,7 @@ function operators(env: Env, production: boolean): { operators: OperatorCredenti
   const add = (variable: string, name: string, secret: string) => {
     const entry = credential(name, secret)
     if (!entry.hashed) short(variable, name, secret.length)
+    if (!entry.hashed && production && secretBits(secret) < MIN_PRODUCTION_SECRET_BITS) throw new ConfigError(variable, `operator "${name}"'s token ${LOW_ENTROPY}`)
     if (list.some((other) => other.name === name)) throw new ConfigError(variable, `operator "${name}" is given twice`)
     if (list.some((other) => other.digest.equals(entry.digest))) throw new ConfigError(variable, `operator "${name}" has the same token as another operator`)
     list.push(entry)
@@ -243,7 +267,27 @@ function secret(env: Env, name: string, production: boolean): string | undefined
   const min = production ? MIN_PRODUCTION_SECRET_LENGTH : MIN_DEV_TOKEN_LENGTH
   if (raw.length < min || !/^[!-~]+$/.test(raw))
     throw new ConfigError(name, `must be at least ${min} printable characters${production ? ' when NODE_ENV=production' : ''}, got ${raw.length}`)
+  if (production && secretBits(raw) < MIN_PRODUCTION_SECRET_BITS) throw new ConfigError(name, LOW_ENTROPY)
   return raw
+}
+
+/**
+ * One secret in two roles (a tenant's API key that is also an operator's
+ * token, or the metrics token): whoever holds it for one role holds the
+ * other, and rotating it for one breaks the other. Compared by digest.
+ */
+function refuseSharedRoles(apiKeys: ReadonlyMap<string, string>, operators: readonly OperatorCredential[], metricsToken: string | undefined): void {
+  const tenantOf = new Map([...apiKeys].map(([key, tenant]) => [tokenDigest(key).toString('hex'), tenant]))
+  for (const operator of operators) {
+    const tenant = tenantOf.get(operator.digest.toString('hex'))
+    if (tenant !== undefined) throw new ConfigError(operator.name === DEFAULT_OPERATOR ? 'ADMIN_TOKEN' : 'ADMIN_TOKENS', `operator "${operator.name}"'s token is tenant "${tenant}"'s API key: one secret, one role`)
+  }
+  if (metricsToken === undefined) return
+  const digest = tokenDigest(metricsToken).toString('hex')
+  const tenant = tenantOf.get(digest)
+  if (tenant !== undefined) throw new ConfigError('METRICS_TOKEN', `is tenant "${tenant}"'s API key: one secret, one role`)
+  const operator = operators.find((candidate) => candidate.digest.toString('hex') === digest)
+  if (operator) throw new ConfigError('METRICS_TOKEN', `is operator "${operator.name}"'s token: one secret, one role`)
 }
 
 function randomToken(): string {
@@ -292,6 +336,11 @@ export function loadConfig(env: Env = process.env): Config {
   const port = integer(env, 'PORT', DEFAULT_PORT, 0, 65535) || badPort(env, 'PORT')
   const metricsPort = integer(env, 'METRICS_PORT', 0, 0, 65535) || undefined
   if (metricsPort !== undefined && metricsPort === port) throw new ConfigError('METRICS_PORT', `must differ from PORT (${port}); leave it unset to serve /metrics on PORT`)
+  const metricsToken = secret(env, 'METRICS_TOKEN', production)
+  if (production) refuseSharedRoles(keys, admins.operators, metricsToken)
+  // /metrics names every tenant and its volumes: production serves it behind a token, or on a port of its own.
+  if (production && metricsToken === undefined && metricsPort === undefined)
+    throw new ConfigError('METRICS_TOKEN', 'or METRICS_PORT must be set when NODE_ENV=production: /metrics (tenant names, volumes) is not served to anyone who asks')
   return Object.freeze({
     databaseUrl,
     databasePgbouncer,
@@ -303,7 +352,7 @@ export function loadConfig(env: Env = process.env): Config {
     generatedAdminToken: admins.generated,
     trustProxy: integer(env, 'TRUST_PROXY', 0, 0, 16),
     allowedHosts: Object.freeze(allowedHosts(env, host)),
-    metricsToken: secret(env, 'METRICS_TOKEN', production),
+    metricsToken,
     metricsPort,
     metricsHost: env.METRICS_HOST?.trim() || host,
     tenantRateLimit: integer(env, 'TENANT_RATE_LIMIT', DEFAULT_TENANT_RATE_LIMIT, 0, 1_000_000),

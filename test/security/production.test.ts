@@ -9,7 +9,8 @@ import { createHash } from 'node:crypto'
 import { ConfigError, loadConfig } from '../../src/config'
 import { maskedUrl } from '../../src/store/masked-url'
 
-const LONG = (tag: string) => `${tag}-${'x'.repeat(40)}`
+/** A secret production takes: long, and random-looking (its characters carry well over 96 bits), the same for a tag every run. */
+const LONG = (tag: string) => `${tag}-${createHash('sha256').update(tag).digest('base64url').slice(0, 40)}`
 /** Everything production needs, valid. */
 const PRODUCTION: Record<string, string> = {
   NODE_ENV: 'production',
@@ -17,6 +18,7 @@ const PRODUCTION: Record<string, string> = {
   PAYMENT_PROVIDER_URL: 'https://provider.example',
   API_KEYS: `acme:${LONG('acme')},globex:${LONG('globex')}`,
   ADMIN_TOKEN: LONG('admin'),
+  METRICS_TOKEN: LONG('metrics'),
 }
 
 function refusal(env: Record<string, string | undefined>): ConfigError | undefined {
@@ -44,6 +46,14 @@ const REFUSALS: [label: string, env: Record<string, string>, variable: string][]
   ['the demo key', { ...PRODUCTION, API_KEYS: 'demo:demo-key' }, 'API_KEYS'],
   ['the demo key under another tenant, among long ones', { ...PRODUCTION, API_KEYS: `acme:${LONG('acme')},globex:demo-key` }, 'API_KEYS'],
   ['a short METRICS_TOKEN', { ...PRODUCTION, METRICS_TOKEN: 'metrics' }, 'METRICS_TOKEN'],
+  ['a public /metrics (no METRICS_TOKEN, no METRICS_PORT)', without('METRICS_TOKEN'), 'METRICS_TOKEN'],
+  ['an admin token that is a tenant\'s API key', { ...PRODUCTION, ADMIN_TOKEN: LONG('acme') }, 'ADMIN_TOKEN'],
+  ['a named operator\'s token that is a tenant\'s API key', { ...without('ADMIN_TOKEN'), ADMIN_TOKENS: `alice:${LONG('globex')}` }, 'ADMIN_TOKENS'],
+  ['a METRICS_TOKEN that is a tenant\'s API key', { ...PRODUCTION, METRICS_TOKEN: LONG('acme') }, 'METRICS_TOKEN'],
+  ['a METRICS_TOKEN that is the admin token', { ...PRODUCTION, METRICS_TOKEN: LONG('admin') }, 'METRICS_TOKEN'],
+  ['an admin token of one letter 32 times', { ...PRODUCTION, ADMIN_TOKEN: 'a'.repeat(32) }, 'ADMIN_TOKEN'],
+  ['an API key of a short pattern repeated', { ...PRODUCTION, API_KEYS: `acme:${'abcd'.repeat(10)}` }, 'API_KEYS'],
+  ['a METRICS_TOKEN of one letter 40 times', { ...PRODUCTION, METRICS_TOKEN: 'm'.repeat(40) }, 'METRICS_TOKEN'],
 ]
 
 describe('loadConfig in production', () => {
