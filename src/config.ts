@@ -137,6 +137,8 @@ export interface Config {
   readonly purgeIntervalMs: number
   /** Data directory of the embedded PostgreSQL, used when DATABASE_URL is unset (EMBEDDED_PG_DIR, default .data/pg). */
   readonly embeddedDir: string
+  /** Wrong API keys or metrics tokens from one address within a minute before it gets 429 (AUTH_FAILURES_PER_MINUTE; 0: never throttled, still counted). */
+  readonly authFailuresPerMinute: number
   /** Port of the embedded PostgreSQL (EMBEDDED_PG_PORT, default 54329, off the standard 5432). */
   readonly embeddedPort: number
   /** EMBEDDED_PG_PORT was set: a port taken by another server fails the start instead of moving to a free one. */
@@ -358,6 +360,7 @@ export function loadConfig(env: Env = process.env): Config {
     tenantRateLimit: integer(env, 'TENANT_RATE_LIMIT', DEFAULT_TENANT_RATE_LIMIT, 0, 1_000_000),
     tenantRateBurst: integer(env, 'TENANT_RATE_BURST', DEFAULT_TENANT_RATE_BURST, 1, 1_000_000),
     tenantMaxInFlight: integer(env, 'TENANT_MAX_IN_FLIGHT', DEFAULT_TENANT_MAX_IN_FLIGHT, 0, 1_000_000),
+    authFailuresPerMinute: integer(env, 'AUTH_FAILURES_PER_MINUTE', 10, 0, 1_000_000),
     ttlSeconds,
     retentionSeconds,
     providerUrl: provider,

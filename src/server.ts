@@ -19,10 +19,11 @@ import { databaseAnswers, type Pools } from './store/db'
 import type { DatabaseHealth } from './store/health'
 import { isUnavailable } from './core/errors'
 import { adminApp, adminRoutes, type AdminOptions } from './admin/routes'
-import { SignInThrottle } from './admin/throttle'
+import { SignInThrottle } from './http/throttle'
 import { clientMeta, pathnameOf, rememberMeta } from './http/client'
 import { edgeGuard, secured } from './http/edge'
 import { TenantLimits } from './http/rate-limit'
+import { FailedCredentials } from './http/failed-credentials'
 import { docsUi } from './docs-ui'
 
 export interface AppDependencies {
@@ -228,9 +229,18 @@ export function serviceFetch(app: App, deps: AppDependencies, listener: 'main' |
     listener,
     metricsElsewhere: config.metricsPort !== undefined,
     limits: { limits: deps.limits ?? new TenantLimits({ rate: config.tenantRateLimit, burst: config.tenantRateBurst, maxInFlight: config.tenantMaxInFlight }), tenantOf: bearerTenant(config.apiKeys) },
+    failedCredentials: failedCredentialsOf(deps),
   }, handled)
   const counted = observed(ROUTE_LABELS, countAnswer(deps.metrics), guarded)
   return withRequestIds(counted, { routeOf: routeLabeler(ROUTE_LABELS), log: deps.log })
+}
+
+/** One record of wrong credentials per service, whichever of its listeners they come to. */
+const failedCredentials = new WeakMap<AppDependencies, FailedCredentials>()
+function failedCredentialsOf(deps: AppDependencies): FailedCredentials {
+  let found = failedCredentials.get(deps)
+  if (!found) failedCredentials.set(deps, (found = new FailedCredentials(deps.metrics.authFailures, deps.log, deps.config.authFailuresPerMinute)))
+  return found
 }
 
 export function serve(app: App, deps: AppDependencies, options: ServeOptions = {}) {

@@ -6,7 +6,7 @@
 import { log as defaultLog, type Logger } from '../log'
 import { requestMeta } from '../http/client'
 import { type Operators } from './operators'
-import { SignInThrottle, WINDOW_MS } from './throttle'
+import { SignInThrottle, WINDOW_MS } from '../http/throttle'
 
 export type TokenCheck =
   | { readonly kind: 'ok'; readonly operator: string }

@@ -30,7 +30,7 @@ import { credential, DEFAULT_OPERATOR, Operators, type OperatorCredential } from
 import { adminPages, redirect, requestSessions, SECURITY_HEADERS } from './pages'
 import { readCookie, SESSION_COOKIE } from './session'
 import { useSession } from './sessions'
-import { SignInThrottle } from './throttle'
+import { SignInThrottle } from '../http/throttle'
 import { MessagePage } from './views/messages'
 
 export interface AdminOptions {

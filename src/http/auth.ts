@@ -4,9 +4,14 @@
  */
 export function bearerTenant(apiKeys: ReadonlyMap<string, string>) {
   return function tenantOf(request: Request): string | undefined {
-    const header = request.headers.get('authorization')
-    if (!header) return undefined
-    const match = /^Bearer ([!-~]{1,256})$/i.exec(header.trim())
-    return match ? apiKeys.get(match[1]!) : undefined
+    const token = bearerToken(request)
+    return token === undefined ? undefined : apiKeys.get(token)
   }
+}
+
+/** The token of `Authorization: Bearer <token>`, if the request has one of the right shape. */
+export function bearerToken(request: Request): string | undefined {
+  const header = request.headers.get('authorization')
+  if (!header) return undefined
+  return /^Bearer ([!-~]{1,256})$/i.exec(header.trim())?.[1]
 }

@@ -11,6 +11,7 @@ import { pathnameOf, requestMeta } from './client'
 import { problem, problemResponse } from './problem'
 import type { TenantLimits } from './rate-limit'
 import { tokenDigest } from '../credentials'
+import type { FailedCredentials } from './failed-credentials'
 
 export const METRICS_PATH = '/metrics'
 /**
@@ -31,6 +32,8 @@ export interface EdgeOptions {
   readonly metricsElsewhere?: boolean
   /** Per-tenant limits on /api, with how a request's tenant is found. */
   readonly limits?: { readonly limits: TenantLimits; readonly tenantOf: (request: Request) => string | undefined } | undefined
+  /** Wrong API keys and metrics tokens: counted, throttled per address, logged as a summary. */
+  readonly failedCredentials?: FailedCredentials | undefined
 }
 
 type Handle = (request: Request) => Promise<Response>
@@ -47,10 +50,32 @@ export function edgeGuard(options: EdgeOptions, handle: Handle): Handle {
     const isMetrics = path === METRICS_PATH || path === `${METRICS_PATH}/`
     if (options.listener === 'metrics' ? !isMetrics : isMetrics && options.metricsElsewhere)
       return secured(problemResponse(problem('not-found')), secure)
-    if (isMetrics && metricsDigest && !hasBearer(request, metricsDigest))
-      return secured(problemResponse(problem('unauthorized', 'Send Authorization: Bearer <METRICS_TOKEN>.'), { 'www-authenticate': 'Bearer realm="metrics"' }), secure)
+    const failures = options.failedCredentials
+    const presented = request.headers.has('authorization')
+    if (isMetrics && metricsDigest) {
+      const throttled = presented ? failures?.refusal(request, 'metrics') : undefined
+      if (throttled) return secured(throttled, secure)
+      if (!hasBearer(request, metricsDigest)) {
+        if (presented) failures?.failed(request, 'metrics')
+        return secured(problemResponse(problem('unauthorized', 'Send Authorization: Bearer <METRICS_TOKEN>.'), { 'www-authenticate': 'Bearer realm="metrics"' }), secure)
+      }
+    }
 
-    const tenant = limited && (path === '/api' || path.startsWith('/api/')) ? limited.tenantOf(request) : undefined
+    const isApi = path === '/api' || path.startsWith('/api/')
+    if (isApi && presented && failures) {
+      const throttled = failures.refusal(request, 'api')
+      if (throttled) return secured(throttled, secure)
+      const response = await admitted(request, isApi, secure)
+      // The app answers 401 for a key it does not know (or one it cannot parse): a wrong key.
+      if (response.status === 401) failures.failed(request, 'api')
+      return response
+    }
+    return admitted(request, isApi, secure)
+  }
+
+  /** The request through its tenant's limits (on /api, when enabled), then the app. */
+  async function admitted(request: Request, isApi: boolean, secure: boolean): Promise<Response> {
+    const tenant = limited && isApi ? limited.tenantOf(request) : undefined
     if (tenant === undefined) return secured(await handle(request), secure)
     const admission = limited!.limits.admit(tenant)
     if (!admission.ok) return secured(admission.response, secure)

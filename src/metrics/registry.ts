@@ -3,6 +3,7 @@ import { OUTCOMES, RELEASE_REASONS, type IdempotencyHooks } from '../http/outcom
 import type { AnswerEvent } from '../http/observe'
 import type { ProviderCallEvent, ProviderCallOutcome } from '../provider/client'
 import type { PoolUsage } from '../store/pool-usage'
+import { CREDENTIAL_AREAS } from '../http/failed-credentials'
 
 export { OUTCOMES, type Outcome } from '../http/outcomes'
 
@@ -18,6 +19,8 @@ export interface Metrics {
   readonly registry: Registry
   readonly idempotencyRequests: Counter<'route' | 'outcome'>
   readonly httpRequests: Counter<'method' | 'route' | 'status'>
+  /** Wrong API keys (`api`) and metrics tokens (`metrics`) presented (http/failed-credentials.ts). */
+  readonly authFailures: Counter<'area'>
   readonly httpDuration: Histogram<'method' | 'route' | 'status'>
   readonly idempotencyDuration: Histogram<'route' | 'outcome'>
   readonly reclaims: Counter<'route'>
@@ -45,7 +48,7 @@ export const PROVIDER_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.
 
 export function createMetrics(registry: Registry = new Registry()): Metrics {
   const registers = [registry]
-  return {
+  const metrics: Metrics = {
     registry,
     idempotencyRequests: new Counter({
       name: 'idempotency_requests_total',
@@ -57,6 +60,12 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
       name: 'http_requests_total',
       help: 'Every HTTP answer, by method, route template and status.',
       labelNames: ['method', 'route', 'status'],
+      registers,
+    }),
+    authFailures: new Counter({
+      name: 'http_auth_failures_total',
+      help: 'Wrong credentials presented, by area: api (an API key), metrics (the metrics token). Admin sign-in failures are logged by the admin.',
+      labelNames: ['area'],
       registers,
     }),
     httpDuration: new Histogram({
@@ -141,6 +150,9 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
       registers,
     }),
   }
+  // From the start, so the first wrong key of a deploy is seen by rate() (see primeRoute).
+  for (const area of CREDENTIAL_AREAS) metrics.authFailures.inc({ area }, 0)
+  return metrics
 }
 
 /**

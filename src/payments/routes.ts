@@ -6,7 +6,8 @@ import { idempotentPost, type IdempotencyOptions } from '../http/idempotency'
 import { detail, problemAnswer, problemAnswers } from '../http/operation'
 import { problem, problemResponse, problems } from '../http/problem'
 import { PAYMENT_PROBLEMS } from './problems'
-import { decodeCursor, encodeCursor, isUuid } from './cursor'
+import { cursorKey, decodeCursor, encodeCursor, isUuid } from './cursor'
+import { bearerToken } from '../http/auth'
 import type { Charge, PaymentProvider } from '../provider/client'
 import { CUSTOMER_MAX_LENGTH, DEFAULT_LIMIT, MAX_LIMIT, NewPayment, Payment, PaymentListQuery, PaymentPage, validateNewPayment } from './schema'
 import { newPayment, PAYMENT_COLUMNS, paymentJson, type PaymentRow } from './insert-payment'
@@ -95,7 +96,9 @@ export function paymentsRoutes(options: PaymentsOptions) {
       if (!(limit >= 1 && limit <= MAX_LIMIT))
         return problemResponse(problem('invalid-query', `limit must be a whole number from 1 to ${MAX_LIMIT}.`))
       const rawCursor = query.get('cursor')
-      const cursor = rawCursor ? decodeCursor(rawCursor) : undefined
+      // Signed for the key that asks (tenantOf found it, so the request has one).
+      const signing = cursorKey(bearerToken(request)!)
+      const cursor = rawCursor ? decodeCursor(rawCursor, signing) : undefined
       if (rawCursor && !cursor) return problemResponse(problem('invalid-query', 'cursor is not one this API gave out.'))
       const rows = await retryRead(() => pools.short<PaymentRow[]>`
         select ${columns} from payments
@@ -107,7 +110,7 @@ export function paymentsRoutes(options: PaymentsOptions) {
       const last = page.at(-1)
       return Response.json({
         data: page.map(paymentJson),
-        next_cursor: rows.length > limit && last ? encodeCursor({ createdAt: last.cursor_at, id: last.id }) : null,
+        next_cursor: rows.length > limit && last ? encodeCursor({ createdAt: last.cursor_at, id: last.id }, signing) : null,
       })
     }, {
       detail: detail({

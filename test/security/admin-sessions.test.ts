@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { createHash } from 'node:crypto'
 import { credential } from '../../src/admin/operators'
-import { SignInThrottle } from '../../src/admin/throttle'
+import { SignInThrottle } from '../../src/http/throttle'
 import { createLogger } from '../../src/log'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { api, decode, getPage, keyInProcessing, postForm, signIn, startAdmin, stuckKey, type AdminServer, type Signed } from '../admin/support'

@@ -7,7 +7,7 @@
  * the test: nothing sleeps a minute.
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { keyOf, SignInThrottle } from '../../src/admin/throttle'
+import { keyOf, SignInThrottle } from '../../src/http/throttle'
 import { createLogger } from '../../src/log'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { ADMIN_TOKEN, startServer } from '../support/server'

@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { encodeCursor as encodeKeyCursor } from '../../src/operations/cursor'
-import { encodeCursor as encodePaymentCursor } from '../../src/payments/cursor'
+import { cursorKey, encodeCursor as encodePaymentCursor } from '../../src/payments/cursor'
 import { isTimestampText } from '../../src/store/timestamp'
 import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
@@ -45,11 +45,30 @@ test('the timestamp check takes what PostgreSQL writes and refuses what it would
 describe('the payments list', () => {
   test('a tampered but well-formed cursor is a 400 problem, never a 500', async () => {
     for (const at of IMPOSSIBLE) {
-      const cursor = encodePaymentCursor({ createdAt: at, id: crypto.randomUUID() })
+      // Signed as the service signs (so only the timestamp check can refuse it).
+      const cursor = encodePaymentCursor({ createdAt: at, id: crypto.randomUUID() }, cursorKey('acme-key'))
       const response = await fetch(`${url}/api/payments?customer=c&cursor=${cursor}`, { headers: { authorization: 'Bearer acme-key' } })
       expect({ at, status: response.status }).toEqual({ at, status: 400 })
       expect(await response.json()).toMatchObject({ code: 'invalid-query' })
     }
+  })
+
+  test('an edited cursor, an unsigned one, or one given to another API key is a 400 problem (the cursor is signed)', async () => {
+    for (let i = 0; i < 3; i++) expect((await postPayment(url, payment({ customer: 'cursor-signed' }))).status).toBe(201)
+    const first = await (await fetch(`${url}/api/payments?customer=cursor-signed&limit=1`, { headers: { authorization: 'Bearer acme-key' } })).json() as { next_cursor: string }
+    const [payload] = first.next_cursor.split('.') as [string]
+    const [at, id] = Buffer.from(payload, 'base64url').toString().split('|') as [string, string]
+    const edited = Buffer.from(`2099-01-01 00:00:00+00|${id}`).toString('base64url')
+    const refused = [
+      `${edited}.${first.next_cursor.split('.')[1]}`, // a well-formed, possible timestamp, the old signature
+      payload, // unsigned (the form of earlier releases)
+      encodePaymentCursor({ createdAt: at, id }, cursorKey('globex-key')), // signed for another key
+    ]
+    for (const cursor of refused) {
+      const response = await fetch(`${url}/api/payments?customer=cursor-signed&cursor=${cursor}`, { headers: { authorization: 'Bearer acme-key' } })
+      expect({ cursor, status: response.status }).toEqual({ cursor, status: 400 })
+    }
+    expect((await fetch(`${url}/api/payments?customer=cursor-signed&cursor=${first.next_cursor}`, { headers: { authorization: 'Bearer acme-key' } })).status).toBe(200)
   })
 
   test('a genuine cursor still pages', async () => {
@@ -73,6 +92,24 @@ describe('the admin key list', () => {
       expect({ at, status: page.status }).toEqual({ at, status: 400 })
       expect(await page.text()).toContain('cursor is not one this list gave out')
     }
+  })
+
+  test('an edited cursor, an unsigned one, or one given to another API key is a 400 problem (the cursor is signed)', async () => {
+    for (let i = 0; i < 3; i++) expect((await postPayment(url, payment({ customer: 'cursor-signed' }))).status).toBe(201)
+    const first = await (await fetch(`${url}/api/payments?customer=cursor-signed&limit=1`, { headers: { authorization: 'Bearer acme-key' } })).json() as { next_cursor: string }
+    const [payload] = first.next_cursor.split('.') as [string]
+    const [at, id] = Buffer.from(payload, 'base64url').toString().split('|') as [string, string]
+    const edited = Buffer.from(`2099-01-01 00:00:00+00|${id}`).toString('base64url')
+    const refused = [
+      `${edited}.${first.next_cursor.split('.')[1]}`, // a well-formed, possible timestamp, the old signature
+      payload, // unsigned (the form of earlier releases)
+      encodePaymentCursor({ createdAt: at, id }, cursorKey('globex-key')), // signed for another key
+    ]
+    for (const cursor of refused) {
+      const response = await fetch(`${url}/api/payments?customer=cursor-signed&cursor=${cursor}`, { headers: { authorization: 'Bearer acme-key' } })
+      expect({ cursor, status: response.status }).toEqual({ cursor, status: 400 })
+    }
+    expect((await fetch(`${url}/api/payments?customer=cursor-signed&cursor=${first.next_cursor}`, { headers: { authorization: 'Bearer acme-key' } })).status).toBe(200)
   })
 
   test('a genuine cursor still pages', async () => {

@@ -40,12 +40,12 @@ interface Entry {
 export class SignInThrottle {
   readonly #entries = new Map<string, Entry>()
 
-  constructor(private readonly now: () => number = Date.now, private readonly maxAddresses = MAX_ADDRESSES) {}
+  constructor(private readonly now: () => number = Date.now, private readonly maxAddresses = MAX_ADDRESSES, private readonly maxFailures = MAX_FAILURES) {}
 
   /** Whether `address` may try a token now. */
   check(address: string): ThrottleState {
     const entry = this.#entries.get(keyOf(address))
-    if (!entry || entry.failures.length < MAX_FAILURES) return { throttled: false }
+    if (this.maxFailures === 0 || !entry || entry.failures.length < this.maxFailures) return { throttled: false }
     const wait = entry.failures[0]! + WINDOW_MS - this.now()
     return wait > 0 ? { throttled: true, retryAfterSeconds: Math.ceil(wait / 1000) } : { throttled: false }
   }
@@ -59,7 +59,7 @@ export class SignInThrottle {
     this.#entries.delete(key)
     while (entry.failures.length > 0 && entry.failures[0]! <= now - WINDOW_MS) entry.failures.shift()
     entry.failures.push(now)
-    if (entry.failures.length > MAX_FAILURES) entry.failures.shift()
+    if (entry.failures.length > Math.max(1, this.maxFailures)) entry.failures.shift()
     entry.blockLogged = false
     this.#entries.set(key, entry)
     if (this.#entries.size > this.maxAddresses) this.#entries.delete(this.#entries.keys().next().value!)
