@@ -67,6 +67,9 @@ function isCsrf(session: Session, token: string | undefined): boolean {
   return timingSafeEqual(digest(token), digest(session.csrf))
 }
 
+/** The list page's own periodic reload (its meta refresh URL carries auto=1): not the operator's activity. */
+const isAutoReload = (request: Request) => request.method === 'GET' && new URL(request.url).searchParams.get('auto') === '1'
+
 /** A browser asks for HTML; a script sending the form by hand gets problem+json. */
 const wantsHtml = (request: Request) => /\btext\/html\b/.test(request.headers.get('accept') ?? '')
 
@@ -131,7 +134,7 @@ export function adminPages(deps: AdminDeps) {
     // Before validation and the handler: without an open session nothing else is looked at;
     // a state-changing request from another origin is refused before its body is judged.
     .derive(async ({ request }) => {
-      const session = await useSession(sql, readCookie(request, SESSION_COOKIE), revokedHere, now())
+      const session = await useSession(sql, readCookie(request, SESSION_COOKIE), revokedHere, now(), { renew: !isAutoReload(request) })
       if (!session) throw new SignedOutError()
       requestSessions.set(request, session)
       if (request.method !== 'GET' && request.method !== 'HEAD' && !sameOrigin(request)) throw new CrossSiteError()

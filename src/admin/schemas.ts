@@ -36,6 +36,8 @@ export const ListQuery = t.Object({
   after: t.Optional(t.String({ maxLength: MAX_CURSOR_LENGTH })),
   result: t.Optional(AuditId),
   refresh: t.Optional(t.Union([t.Literal('off'), t.Literal('on')])),
+  /** Set by the page's own automatic reload: it does not count as the operator's activity (sessions.ts). */
+  auto: t.Optional(t.Literal('1')),
 })
 
 export const AuditQuery = t.Object({

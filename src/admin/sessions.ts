@@ -17,6 +17,12 @@ import type { Sql } from '../core/types'
 export const SESSION_IDLE_SECONDS = 30 * 60
 /** Eight hours: one on-call shift; after it the operator signs in again, however active. */
 export const SESSION_MAX_SECONDS = 8 * 3600
+/**
+ * Open sessions one operator may have: each sign-in past it ends their
+ * least recently used one. Ten browsers or scripts at once is already a lot
+ * for one person; an unbounded number is a table a leaked token can fill.
+ */
+export const MAX_SESSIONS_PER_OPERATOR = 10
 /** 32 random bytes, base64url: 43 characters. */
 const TOKEN_PATTERN = /^[A-Za-z0-9_-]{43}$/
 
@@ -79,6 +85,10 @@ export async function startSession(sql: Sql, who: { operator: string; binding: B
     insert into admin_sessions (token_hash, operator, credential, note, address, started_at, last_seen_at)
     values (${hashOf(token)}, ${who.operator}, ${who.binding}, ${who.note || null}, ${who.address.slice(0, 64) || 'unknown'}, ${at}, ${at})
     returning ${sql.unsafe(COLUMNS)}`
+  await sql`delete from admin_sessions
+             where operator = ${who.operator}
+               and id not in (select id from admin_sessions where operator = ${who.operator}
+                               order by last_seen_at desc, id desc limit ${MAX_SESSIONS_PER_OPERATOR})`
   return { token, session: sessionOf(row!, token) }
 }
 
@@ -89,11 +99,13 @@ export async function startSession(sql: Sql, who: { operator: string; binding: B
  * goes, as an ended one's does). One UPDATE, on the unique index: an admin
  * request costs one row write.
  */
-export async function useSession(sql: Sql, token: string | undefined, revoked: (session: SessionSummary) => unknown, now?: Date): Promise<Session | undefined> {
+export async function useSession(sql: Sql, token: string | undefined, revoked: (session: SessionSummary) => unknown, now?: Date, options: { renew?: boolean } = {}): Promise<Session | undefined> {
   if (!token || !TOKEN_PATTERN.test(token)) return undefined
   const at = clock(sql, now)
+  // `renew: false` (a page's automatic reload): the session must still be open, but this is not the
+  // operator's activity, so it does not push the idle limit (an unattended browser ends its session).
   const [row] = await sql<Row[]>`
-    update admin_sessions set last_seen_at = greatest(last_seen_at, ${at})
+    update admin_sessions set last_seen_at = ${options.renew === false ? sql`last_seen_at` : sql`greatest(last_seen_at, ${at})`}
      where token_hash = ${hashOf(token)}
        and last_seen_at > ${at} - make_interval(secs => ${SESSION_IDLE_SECONDS})
        and started_at > ${at} - make_interval(secs => ${SESSION_MAX_SECONDS})

@@ -64,7 +64,7 @@ export function edgeGuard(options: EdgeOptions, handle: Handle): Handle {
     const isApi = path === '/api' || path.startsWith('/api/')
     if (isApi && presented && failures) {
       const throttled = failures.refusal(request, 'api')
-      if (throttled) return secured(throttled, secure)
+      if (throttled) return secured(withHeaders(throttled, { 'cache-control': 'no-store' }), secure)
       const response = await admitted(request, isApi, secure)
       // The app answers 401 for a key it does not know (or one it cannot parse): a wrong key.
       if (response.status === 401) failures.failed(request, 'api')
@@ -73,8 +73,15 @@ export function edgeGuard(options: EdgeOptions, handle: Handle): Handle {
     return admitted(request, isApi, secure)
   }
 
-  /** The request through its tenant's limits (on /api, when enabled), then the app. */
+  /** The request through its tenant's limits (on /api, when enabled), then the app; an /api answer is never stored by a cache. */
   async function admitted(request: Request, isApi: boolean, secure: boolean): Promise<Response> {
+    if (!isApi) return admittedByLimits(request, false, secure)
+    const response = await admittedByLimits(request, true, secure)
+    // Payments and stored answers are one tenant's: no shared or browser cache keeps them (ASVS 8.2.1).
+    return response.headers.has('cache-control') ? response : withHeaders(response, { 'cache-control': 'no-store' })
+  }
+
+  async function admittedByLimits(request: Request, isApi: boolean, secure: boolean): Promise<Response> {
     const tenant = limited && isApi ? limited.tenantOf(request) : undefined
     if (tenant === undefined) return secured(await handle(request), secure)
     const admission = limited!.limits.admit(tenant)

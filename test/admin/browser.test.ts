@@ -100,7 +100,7 @@ test('from the alert to the clear: alert link → filtered list → key detail �
   expect(await keys.allInnerTexts()).toEqual([STUCK, 'order-7734', LONG_KEY])
   expect(await page.locator('#counts').innerText()).toContain('3\nstale (older than 30s), tenant acme')
   expect(await page.locator('#counts').innerText()).toContain('4\nin processing, tenant acme')
-  expect(await page.locator('meta[http-equiv=refresh]').getAttribute('content')).toBe('30; url=/admin?tenant=acme&stale=1')
+  expect(await page.locator('meta[http-equiv=refresh]').getAttribute('content')).toBe('30; url=/admin?tenant=acme&stale=1&auto=1')
   await shot(page, 'admin-filtered-list')
 
   // 3. The key's detail: owner process gone, deadline passed, downstream key.

@@ -208,10 +208,10 @@ describe('auto-refresh', () => {
   const refreshOf = (html: string) => decode(/<meta http-equiv="refresh" content="([^"]*)"/.exec(html)?.[1] ?? '')
 
   test('the list reloads itself with its own filters and page, never the notice; detail and confirmation pages never reload', async () => {
-    expect(refreshOf((await page('/admin?tenant=globex&stale=1&result=1')).html)).toBe('30; url=/admin?tenant=globex&stale=1')
+    expect(refreshOf((await page('/admin?tenant=globex&stale=1&result=1')).html)).toBe('30; url=/admin?tenant=globex&stale=1&auto=1')
     const first = (await page('/admin?tenant=paged')).html
     const next = decode(/<a href="([^"]+)">Next page/.exec(first)![1]!)
-    expect(refreshOf((await page(next)).html)).toBe(`30; url=${next}`)
+    expect(refreshOf((await page(next)).html)).toBe(`30; url=${next}&auto=1`)
     const detail = (await page('/admin/keys/globex/stale-one')).html
     expect(detail).toContain('Downstream key')
     expect(refreshOf(detail)).toBe('')

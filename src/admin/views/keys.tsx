@@ -36,7 +36,7 @@ export function KeysPage(props: KeysPageProps): JSX.Element {
     ? <a href={escapeHtml(withParam(props.selfHref, 'refresh', 'on'))}>Resume auto-refresh</a>
     : <a href={escapeHtml(withParam(props.selfHref, 'refresh', 'off'))}>Pause auto-refresh</a>
   return (
-    <Layout title={`${counts.stale} stale · admin`} operator={operator} refresh={props.refreshSeconds === undefined ? undefined : { seconds: props.refreshSeconds, url: props.selfHref }}>
+    <Layout title={`${counts.stale} stale · admin`} operator={operator} refresh={props.refreshSeconds === undefined ? undefined : { seconds: props.refreshSeconds, url: withParam(props.selfHref, 'auto', '1') }}>
       {props.notice ? <OutcomeNotice entry={props.notice} /> : ''}
       <div class="counts" id="counts">
         <div class={counts.stale > 0 ? 'count alert' : 'count'}><b>{counts.stale}</b><span safe>{`stale (older than ${props.ttlSeconds}s), ${scope}`}</span></div>
