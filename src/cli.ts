@@ -36,6 +36,7 @@ import { operatorSettings, type GivenSettings, type OperatorSettings } from './o
 import { openPools } from './store/db'
 import { createLogger } from './log'
 import { embeddedDataDir, findRunningEmbedded } from './store/embedded'
+import { RELEASE_REASONS } from './core/release'
 
 export const EXIT = { ok: 0, refused: 1, usage: 2 } as const
 
@@ -285,7 +286,7 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
 
   program.command('released')
     .description('keys released after a failed execution, newest first; by default those released after their deadline, whose provider call may have charged (ask the provider with the downstream key)')
-    .option('--reason <reason>', 'deadline (default), failed or shutdown')
+    .option('--reason <reason>', `${RELEASE_REASONS.join(', ')} (default: deadline)`)
     .option('--tenant <tenant>', 'only this tenant')
     .option('--limit <n>', `how many (at most ${MAX_PAGE_SIZE})`, positiveInt, 50)
     .option('--cursor <cursor>', 'the next page: the cursor a previous run printed')

@@ -6,6 +6,7 @@
  */
 import { t } from 'elysia'
 import { MAX_CURSOR_LENGTH } from '../operations/cursor'
+import { RELEASE_REASONS } from '../core/release'
 
 /** Keys and tenants are stored as printable ASCII without spaces (the table's CHECK); so must any one we are asked to act on. */
 export const Tenant = t.String({ pattern: '^[!-~]{1,64}$' })
@@ -79,7 +80,8 @@ export const ApiPurgeBody = t.Object({})
 
 /** GET /admin/released and /admin/api/released: keys released for one reason (default: after their deadline). */
 export const ReleasedQuery = t.Object({
-  reason: t.Optional(t.Union([t.Literal('deadline'), t.Literal('failed'), t.Literal('shutdown')])),
+  // Every reason a release records (core/release.ts), the ones the counts report: one list, so the links of the page never 400.
+  reason: t.Optional(t.Union(RELEASE_REASONS.map((reason) => t.Literal(reason)))),
   tenant: t.Optional(Text(64)),
   cursor: t.Optional(t.String({ maxLength: MAX_CURSOR_LENGTH })),
   limit: t.Optional(Limit),

@@ -4,6 +4,7 @@
  * JSON API takes its token only with the Bearer scheme (RFC 6750).
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { RELEASE_REASONS } from '../../src/core/release'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { ADMIN_TOKEN } from '../support/server'
 import { api, getPage, postForm, signIn, startAdmin, stuckKey, type AdminServer } from './support'
@@ -60,4 +61,15 @@ test('a sign-in `next` outside printable ASCII signs in to /admin instead of bre
   const page = await fetch(`${admin.url}/admin/login?next=${encodeURIComponent('/admin/😀')}`)
   expect(page.status).toBe(200)
   expect(await page.text()).not.toContain('😀')
+})
+
+test('the released list takes every reason a release records, the ones its counts report (the page links each)', async () => {
+  const signed = await signIn(admin.url)
+  for (const reason of RELEASE_REASONS) {
+    const listed = await api(admin.url, `/admin/api/released?reason=${reason}`)
+    expect({ reason, status: listed.status }).toEqual({ reason, status: 200 })
+    expect(Object.keys(((await listed.json()) as { counts: Record<string, number> }).counts).sort()).toEqual([...RELEASE_REASONS].sort())
+    expect({ reason, status: (await getPage(admin.url, `/admin/released?reason=${reason}`, signed)).response.status }).toEqual({ reason, status: 200 })
+  }
+  expect((await api(admin.url, '/admin/api/released?reason=nonsense')).status).toBe(400)
 })
