@@ -22,6 +22,9 @@ import { detail, duration, problemAnswer, problemAnswers, type ResponseDoc } fro
 import { PLUGIN_PROBLEMS, ProblemDetails } from './http/problem'
 import { NewPayment, Payment, PaymentPage } from './payments/schema'
 
+/** The project's licence (LICENSE), in both documents: generated clients and API catalogues read it from there. */
+const LICENSE = { name: 'MIT', identifier: 'MIT' } as const
+
 export { detail, problemAnswer, problemAnswers }
 
 export const OPENAPI_PATH = '/openapi.json'
@@ -104,7 +107,7 @@ export function publicDocument(app: AnyElysia, options: DocsOptions): Document {
   const { paths } = toOpenAPISchema(app, { paths: [/^\/admin(\/|$)/, /^\/bench\//] }) as unknown as { paths: Record<string, Record<string, Document>> }
   return {
     openapi: '3.1.1',
-    info: { title: 'idempotent-post: payments API', version: pkg.version, description: description(options) },
+    info: { title: 'idempotent-post: payments API', version: pkg.version, description: description(options), license: LICENSE },
     'x-idempotency': { retentionSeconds: options.retentionSeconds, ttlSeconds: options.ttlSeconds, scope: 'tenant' },
     tags: [
       { name: 'payments', description: 'The reference service built on the idempotency plugin.' },
@@ -191,6 +194,7 @@ export function adminDocument(admin: AnyElysia): Document {
     info: {
       title: 'idempotent-post: admin API',
       version: pkg.version,
+      license: LICENSE,
       description: 'What operators can do, as JSON for scripts: the same operations as the /admin page and `npm run idem`, recorded in the same audit trail. Every call carries `Authorization: Bearer <ADMIN_TOKEN>`.',
     },
     tags: [{ name: 'admin', description: 'Processing keys, force-expiring, purging and the audit trail.' }],
