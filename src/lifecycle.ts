@@ -1,4 +1,3 @@
-import type { Config } from './config'
 import { release } from './core/release'
 import { ShuttingDownError } from './core/deadline'
 import { startHeartbeat } from './core/processes'
@@ -15,6 +14,7 @@ import { openPools } from './store/db'
 import { DatabaseHealth } from './store/health'
 import type { Logger } from './log'
 import { watchDurability } from './store/durability'
+import { ConfigError, type Config } from './config'
 
 /** How long a shutdown waits for in-flight requests before stopping them. */
 export const DRAIN_TIMEOUT_MS = 10_000
@@ -44,6 +44,16 @@ export interface RunOptions {
  * requests finish (or, past the deadline, roll them back and release their
  * keys), close the pools. A clean stop leaves no key in processing.
  */
+/** Starts a listener; a port another process holds is said as the setting to change (main.ts exits 2 naming it). */
+function listen<T>(variable: 'PORT' | 'METRICS_PORT', host: string, port: number, start: () => T): T {
+  try {
+    return start()
+  } catch (error) {
+    if ((error as { code?: unknown } | null)?.code !== 'EADDRINUSE') throw error
+    throw new ConfigError(variable, `port ${port} on ${host} is in use by another process; stop it or set ${variable} to a free port`)
+  }
+}
+
 export async function runServer(config: Config, databaseUrl: string, options: RunOptions): Promise<number> {
   const { log } = options
   const pools = openPools(databaseUrl, { applicationName: `idempotent-post:${process.pid}`, pgbouncer: config.databasePgbouncer })
@@ -63,9 +73,11 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds() })
   const deps = { config, pools, metrics, gauges, inFlight, health, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
   const app = buildApp(deps)
-  const server = serve(app, deps, { reusePort: config.workers > 1 })
+  const server = listen('PORT', config.host, config.port, () => serve(app, deps, { reusePort: config.workers > 1 }))
   // METRICS_PORT: /metrics on a listener of its own (and not on PORT), e.g. one only the monitoring network reaches.
-  const metricsServer = config.metricsPort !== undefined ? serve(app, deps, { reusePort: config.workers > 1, listener: 'metrics' }) : undefined
+  const metricsServer = config.metricsPort !== undefined
+    ? listen('METRICS_PORT', config.metricsHost, config.metricsPort, () => serve(app, deps, { reusePort: config.workers > 1, listener: 'metrics' }))
+    : undefined
   log.info(`listening on ${server.hostname}:${server.port} (pid ${process.pid})${metricsServer ? `, metrics on ${metricsServer.hostname}:${metricsServer.port}` : ''}`,
     { host: server.hostname, port: server.port, ttl_seconds: config.ttlSeconds, workers: config.workers })
   const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: config.retentionSeconds, intervalMs: config.purgeIntervalMs, metrics, log })

@@ -201,6 +201,12 @@ main().then(
     process.exit(code)
   },
   (error: unknown) => {
+    // A port taken by another process is the operator's setting to change: exit 2 and name it, as for a bad value.
+    const variable = (error as { variable?: unknown } | null)?.variable
+    if (typeof variable === 'string') {
+      fatal.error(`configuration error: ${errorText(error)}`, { variable })
+      process.exit(2)
+    }
     fatal.error(`failed to start: ${errorText(error)}`, { error })
     process.exit(1)
   },
