@@ -71,10 +71,12 @@ export const processIo: CliIo = {
   },
   osUser() {
     const { username } = userInfo()
-    // Bun answers "unknown" where Node throws ENOENT: this uid has no passwd entry (a container's
-    // arbitrary uid). An account really named so is told apart by id(1), which asks NSS too.
-    if (username === 'unknown' && Bun.spawnSync(['id', '-un'], { stdout: 'ignore', stderr: 'ignore' }).exitCode !== 0) throw new Error('no passwd entry')
-    return username
+    if (username !== 'unknown') return username
+    // Bun answers "unknown" where Node throws ENOENT (this uid has no passwd entry: a container's
+    // arbitrary uid), and also when it could not tell (seen as root with $USER unset). id(1) asks NSS.
+    const id = Bun.spawnSync(['id', '-un'], { stdout: 'pipe', stderr: 'ignore' })
+    if (id.exitCode !== 0) throw new Error('no passwd entry')
+    return id.stdout.toString().trim()
   },
 }
 
@@ -82,15 +84,19 @@ export const processIo: CliIo = {
 const ACTOR_NAME = /^[!-~](?:[ -~]{0,118}[!-~])?$/
 
 /**
- * Who runs a command, for the audit trail: --actor, else the OS user of this
- * uid, else $USER. Never a made-up "unknown": an action nobody can be traced
- * to is refused (exit 2) before anything is done.
+ * Who runs a command, for the audit trail: the OS user of this uid (else
+ * $USER), which the shell session vouches for; `--actor` is what the operator
+ * says of themselves, kept beside it as a note (`cli:deploy (night shift)`),
+ * never in its place: the trail's actor does not come from free text alone.
+ * Never a made-up "unknown": with neither an OS user nor $USER, the uid
+ * stands for it if --actor names the person; with nothing at all the action
+ * is refused (exit 2) before anything is done.
  */
-export function resolveActor(option: string | undefined, io: Pick<CliIo, 'env' | 'osUser'>): string {
+export function resolveActor(option: string | undefined, io: Pick<CliIo, 'env' | 'osUser'>, uid = process.getuid?.()): string {
+  let note: string | undefined
   if (option !== undefined) {
-    const name = option.trim()
-    if (!ACTOR_NAME.test(name)) throw new UsageError('--actor must be 1 to 120 printable characters')
-    return `cli:${name}`
+    note = option.trim()
+    if (!ACTOR_NAME.test(note)) throw new UsageError('--actor must be 1 to 120 printable characters')
   }
   let name: string | undefined
   try {
@@ -99,9 +105,11 @@ export function resolveActor(option: string | undefined, io: Pick<CliIo, 'env' |
     // no passwd entry for this uid (a container's arbitrary uid): try $USER
   }
   name ??= io.env.USER?.trim() || undefined
-  if (name === undefined || !ACTOR_NAME.test(name))
+  if (name !== undefined && !ACTOR_NAME.test(name)) name = undefined
+  if (name === undefined && note !== undefined && uid !== undefined) name = `uid-${uid}`
+  if (name === undefined)
     throw new UsageError('no actor for the audit trail: $USER is unset and this uid has no passwd entry; name yourself with --actor <name>')
-  return `cli:${name}`
+  return note === undefined ? `cli:${name}` : `cli:${name} (${note})`
 }
 
 /**
@@ -312,7 +320,7 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
     .option('--lease <lease>', 'act only if the key still has this lease (as listed); default: its current lease', lease)
     .option('--yes', 'do it without asking (needed when not run in a terminal)')
     .option('--dry-run', 'show what it would do, change nothing')
-    .option('--actor <name>', 'who you are, for the audit trail (default: your OS user)')
+    .option('--actor <name>', 'who you are, noted in the audit trail beside your OS user')
     .option('--json', 'print JSON, as POST /admin/api/keys/expire answers (with --dry-run: the key, as GET /admin/api/keys/{tenant}/{key})')
     .action((tenant: string, key: string, options: { lease?: string; yes?: boolean; dryRun?: boolean; actor?: string; json?: boolean }) => {
       const actor = options.dryRun ? undefined : resolveActor(options.actor, io)
@@ -346,7 +354,7 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
     .option('--tenant <tenant>', 'only this tenant')
     .option('--yes', 'do it without asking (needed when not run in a terminal)')
     .option('--dry-run', 'show which keys it would expire, change nothing')
-    .option('--actor <name>', 'who you are, for the audit trail (default: your OS user)')
+    .option('--actor <name>', 'who you are, noted in the audit trail beside your OS user')
     .option('--json', 'print JSON, as POST /admin/api/keys/expire-stale answers (with --dry-run: the preview)')
     .action((options: { tenant?: string; yes?: boolean; dryRun?: boolean; actor?: string; json?: boolean }) => {
       const actor = options.dryRun ? undefined : resolveActor(options.actor, io)
@@ -376,7 +384,7 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
     .description('delete keys past the server\'s retention now (the server also does this every minute)')
     .option('--yes', 'do it without asking (needed when not run in a terminal)')
     .option('--dry-run', 'show how many keys it would delete, change nothing')
-    .option('--actor <name>', 'who you are, for the audit trail (default: your OS user)')
+    .option('--actor <name>', 'who you are, noted in the audit trail beside your OS user')
     .option('--json', 'print JSON, as POST /admin/api/purge answers (with --dry-run: the preview)')
     .action((options: { yes?: boolean; dryRun?: boolean; actor?: string; json?: boolean }) => {
       const actor = options.dryRun ? undefined : resolveActor(options.actor, io)

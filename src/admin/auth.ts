@@ -5,6 +5,7 @@
  */
 import { log as defaultLog, type Logger } from '../log'
 import { requestMeta } from '../http/client'
+import { requestIdOf } from '../http/request-id'
 import { type Operators } from './operators'
 import { SignInThrottle, WINDOW_MS } from '../http/throttle'
 
@@ -52,7 +53,7 @@ export class AdminAuth {
     const state = this.throttle.check(address)
     if (state.throttled) {
       if (this.throttle.firstRefusal(address))
-        this.log.warn('admin sign-in throttled', { address, via, retry_after_seconds: state.retryAfterSeconds })
+        this.log.warn('admin sign-in throttled', { address, via, retry_after_seconds: state.retryAfterSeconds, request_id: requestIdOf(request) })
       return { kind: 'throttled', retryAfterSeconds: state.retryAfterSeconds }
     }
     const operator = this.operators.identify(token)
@@ -60,7 +61,7 @@ export class AdminAuth {
       const failures = this.throttle.fail(address)
       const now = this.throttle.check(address)
       this.log.warn('admin sign-in failed: wrong token', {
-        address, via, failures_in_window: failures, window_seconds: WINDOW_MS / 1000,
+        address, via, failures_in_window: failures, window_seconds: WINDOW_MS / 1000, request_id: requestIdOf(request),
         ...(now.throttled ? { throttled_for_seconds: now.retryAfterSeconds } : {}),
       })
       return { kind: 'wrong' }

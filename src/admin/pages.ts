@@ -31,6 +31,7 @@ import { ReleasedPage, releasedHref } from './views/released'
 import { RunbookIndexPage, RunbookPage } from './views/runbook'
 import { runbooks } from './runbooks'
 import { parseReleaseReason } from '../operations/released'
+import { requestIdOf } from '../http/request-id'
 
 /**
  * 30 s: one default TTL, so a key turning stale shows up within one TTL, and
@@ -125,7 +126,7 @@ export function adminPages(deps: AdminDeps) {
       const note = body.note?.trim()
       const { address, secure } = requestMeta(request)
       const { token, session } = await startSession(sql, { operator: verdict.operator, binding: auth.operators.bindingOf(verdict.operator)!, note: note && validNote(note) ? note : undefined, address }, now())
-      log.info('admin signed in', { operator: session.operator, address, session: session.id })
+      log.info('admin signed in', { operator: session.operator, address, session: session.id, request_id: requestIdOf(request) })
       return redirect(next, { 'set-cookie': sessionCookie(token, secure) })
     }, { body: SignInForm })
 
@@ -246,7 +247,7 @@ export function adminPages(deps: AdminDeps) {
     // Signing out ends the session on the server: its cookie, kept or copied, opens nothing any more.
     .post('/logout', async ({ request, session }) => {
       await endSessionByToken(sql, readCookie(request, SESSION_COOKIE) ?? '')
-      log.info('admin signed out', { operator: session.operator, address: requestMeta(request).address, session: session.id })
+      log.info('admin signed out', { operator: session.operator, address: requestMeta(request).address, session: session.id, request_id: requestIdOf(request) })
       return redirect('/admin/login', { 'set-cookie': sessionCookie('', isHttps(request), 0) })
     }, { body: CsrfForm })
 

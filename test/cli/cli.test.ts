@@ -4,7 +4,7 @@ import { chmodSync, copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:f
 import { tmpdir, userInfo } from 'node:os'
 import { join } from 'node:path'
 import postgres from 'postgres'
-import { resolveActor, UsageError } from '../../src/cli'
+import { processIo, resolveActor, UsageError } from '../../src/cli'
 import { migrate } from '../../src/store/migrate'
 import { claim } from '../../src/core/claim'
 import { writeServerSettings } from '../../src/core/settings'
@@ -94,9 +94,11 @@ describe('usage', () => {
 })
 
 describe('who acts', () => {
-  test('--actor, else the OS user, else $USER; with none of them a clear refusal', () => {
+  test('the OS user, else $USER, with --actor as a note beside it (never alone); with none of them a clear refusal', () => {
     const noPasswd = () => { throw new Error('no passwd entry') }
-    expect(resolveActor('pager bot', { env: {}, osUser: noPasswd })).toBe('cli:pager bot')
+    expect(resolveActor('pager bot', { env: {}, osUser: () => 'deploy' })).toBe('cli:deploy (pager bot)')
+    expect(resolveActor('pager bot', { env: { USER: 'eve' }, osUser: noPasswd })).toBe('cli:eve (pager bot)')
+    expect(resolveActor('pager bot', { env: {}, osUser: noPasswd }, 1042)).toBe('cli:uid-1042 (pager bot)')
     expect(resolveActor(undefined, { env: { USER: 'eve' }, osUser: () => 'mallory' })).toBe('cli:mallory')
     expect(resolveActor(undefined, { env: { USER: 'eve' }, osUser: noPasswd })).toBe('cli:eve')
     expect(() => resolveActor(undefined, { env: {}, osUser: noPasswd })).toThrow(UsageError)
@@ -131,7 +133,8 @@ describe('who acts', () => {
 })
 
 describe('operations', () => {
-  const user = `cli:${userInfo().username}`
+  // Who the CLI says it is, found as it finds it (the OS user; Bun's userInfo() alone can say "unknown").
+  const user = resolveActor(undefined, processIo)
 
   test('list shows stuck keys stale first, pages with --cursor; --json is the admin API\'s JSON', async () => {
     await stuckKey(db.sql, 'acme', 'cli-fresh', 2)
@@ -182,7 +185,7 @@ describe('operations', () => {
     const named = JSON.parse((await idem(['expire', 'acme', 'cli-named', '--actor', 'night shift', '--json', '--yes'])).stdout)
     expect(named).toEqual({ outcome: 'expired', lease: expect.any(String), audit_id: expect.any(String) })
     const entries = await db.sql`select actor, action, outcome from idempotency_audit where key in ('cli-stuck', 'cli-named') order by id`
-    expect([...entries]).toEqual([{ actor: user, action: 'force_expire', outcome: 'expired' }, { actor: 'cli:night shift', action: 'force_expire', outcome: 'expired' }])
+    expect([...entries]).toEqual([{ actor: user, action: 'force_expire', outcome: 'expired' }, { actor: `${user} (night shift)`, action: 'force_expire', outcome: 'expired' }])
   })
 
   test('expire is refused (exit 1) while a completion holds the key, for a missing key, and for an old lease', async () => {
@@ -250,14 +253,15 @@ describe('operations', () => {
     const counts = JSON.parse((await idem(['counts', '--tenant', 'globex', '--json'])).stdout)
     expect(counts).toEqual(await (await api(admin.url, '/admin/api/counts?tenant=globex')).json())
     expect(counts).toMatchObject({ processing: 0, stale: 0, ttl_seconds: 30, retention_seconds: RETENTION })
-    const audit = await idem(['audit', '--by', 'cli:night', '--limit', '3'])
+    const audit = await idem(['audit', '--by', `${user} (night`, '--limit', '3'])
     expect(audit.code).toBe(0)
-    expect(audit.stdout).toContain('cli:night shift')
-    expect(audit.stdout).not.toContain(`${user} `)
+    expect(audit.stdout).toContain(`${user} (night shift)`)
+    // Only the entry noted "night shift": the header and its one line.
+    expect(audit.stdout.trim().split('\n').slice(1).every((line) => line.includes('(night shift)'))).toBe(true)
     const id = /^(\d+)\s/m.exec(audit.stdout.split('\n').slice(1).join('\n'))![1]!
     const entry = JSON.parse((await idem(['audit', id, '--json'])).stdout)
     expect(entry).toEqual(await (await api(admin.url, `/admin/api/audit/${id}`)).json())
-    expect(entry).toMatchObject({ actor: 'cli:night shift', action: 'force_expire', key: 'cli-named' })
+    expect(entry).toMatchObject({ actor: `${user} (night shift)`, action: 'force_expire', key: 'cli-named' })
   })
 
   test('the server\'s retention, not the shell\'s: IDEMPOTENCY_RETENTION_SECONDS=1 purge --yes leaves a live key replayable', async () => {
@@ -353,8 +357,8 @@ describe('on an app\'s database (the plugin\'s tables only, no settings recorded
     expect(purge.stdout).toContain('purged 1 expired key(s)')
     expect((await app.sql`select key from idempotency_keys order by key`).map((row) => row.key)).toEqual(['order-new', 'order-stuck'])
     const audit = await idem(['audit', ...flags], env)
-    expect(audit.stdout).toMatch(/cli:ops\s+purge_expired/)
-    expect(audit.stdout).toMatch(/cli:ops\s+force_expire\s+shop\s+order-stuck\s+expired/)
+    expect(audit.stdout).toMatch(/cli:\S+ \(ops\)\s+purge_expired/)
+    expect(audit.stdout).toMatch(/cli:\S+ \(ops\)\s+force_expire\s+shop\s+order-stuck\s+expired/)
   })
 })
 

@@ -66,3 +66,16 @@ test('wrong metrics tokens the same, in an area of their own', async () => {
   expect(await failures('metrics')).toBe(10)
   expect(logged('wrong metrics token')).toHaveLength(1)
 })
+
+test('an admin sign-in failure is logged under the request id the client sent (one id from the client to the log)', async () => {
+  const requestId = `rid-signin-${crypto.randomUUID().slice(0, 8)}`
+  const answer = await app.fetch('/admin/login', {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', origin: app.url, 'x-request-id': requestId },
+    body: new URLSearchParams({ token: 'not-an-operator-token' }).toString(),
+  })
+  expect(answer.status).toBe(401)
+  expect(answer.headers.get('x-request-id')).toBe(requestId)
+  const line = lines.map((text) => JSON.parse(text) as { msg: string; request_id?: string }).find((entry) => entry.msg === 'admin sign-in failed: wrong token')
+  expect(line?.request_id).toBe(requestId)
+})
