@@ -37,6 +37,7 @@ import { openPools } from './store/db'
 import { createLogger } from './log'
 import { embeddedDataDir, findRunningEmbedded } from './store/embedded'
 import { RELEASE_REASONS } from './core/release'
+import { visibleBidi } from './characters'
 
 export const EXIT = { ok: 0, refused: 1, usage: 2 } as const
 
@@ -282,7 +283,7 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
         ['owner', ownerText(detail)],
         ['completed', time(detail.completedAt)],
         ['released', `${time(detail.releasedAt)}${detail.releaseReason ? ` (${detail.releaseReason})` : ''}`],
-        ['summary', detail.summary ? JSON.stringify(detail.summary) : '-'],
+        ['summary', detail.summary ? visibleBidi(JSON.stringify(detail.summary)) : '-'],
         ['replayed until', time(detail.retentionEndsAt)],
         ['request id', detail.requestId],
         ['downstream key', detail.downstreamKey],
@@ -308,7 +309,7 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
       if (page.keys.length === 0) print(`no key released with reason ${reason}`)
       else table([
         ['RELEASED (UTC)', 'TENANT', 'KEY', 'ATTEMPTS', 'SUMMARY', 'DOWNSTREAM KEY'],
-        ...page.keys.map((key) => [formatTime(key.releasedAt), key.tenant, key.key, String(key.attempts), key.summary ? JSON.stringify(key.summary) : '-', key.downstreamKey]),
+        ...page.keys.map((key) => [formatTime(key.releasedAt), key.tenant, key.key, String(key.attempts), key.summary ? visibleBidi(JSON.stringify(key.summary)) : '-', key.downstreamKey]),
       ])
       if (page.nextCursor) print(`more: add --cursor ${page.nextCursor}`)
     }))

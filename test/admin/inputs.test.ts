@@ -4,6 +4,7 @@
  * JSON API takes its token only with the Bearer scheme (RFC 6750).
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { visibleBidi } from '../../src/characters'
 import { RELEASE_REASONS } from '../../src/core/release'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { ADMIN_TOKEN } from '../support/server'
@@ -72,4 +73,15 @@ test('the released list takes every reason a release records, the ones its count
     expect({ reason, status: (await getPage(admin.url, `/admin/released?reason=${reason}`, signed)).response.status }).toEqual({ reason, status: 200 })
   }
   expect((await api(admin.url, '/admin/api/released?reason=nonsense')).status).toBe(400)
+})
+
+test('bidi controls in client-chosen text (a request summary) are written out on the admin page, never shown raw', async () => {
+  const signed = await signIn(admin.url)
+  await stuckKey(db.sql, 'acme', 'bidi-key')
+  await db.sql`update idempotency_keys set summary = ${db.sql.json({ customer: 'cus_\u202Egnp.exe', amount: 100 })} where key = 'bidi-key'`
+  const { response, html } = await getPage(admin.url, '/admin/keys/acme/bidi-key', signed)
+  expect(response.status).toBe(200)
+  expect(html).toContain('cus_&lt;U+202E&gt;gnp.exe')
+  expect(html).not.toMatch(/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/)
+  expect(visibleBidi('a\u2066b\u200fc')).toBe('a<U+2066>b<U+200F>c')
 })

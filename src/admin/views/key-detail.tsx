@@ -9,6 +9,7 @@ import { auditHref, confirmExpireHref, listHref } from '../links'
 import type { KeyFilters } from '../../operations/filters'
 import { OutcomeNotice } from './audit'
 import type { ReleaseReason } from '../../core/release'
+import { visibleBidi } from '../../characters'
 
 export interface KeyDetailPageProps {
   readonly operator: Operator
@@ -34,7 +35,7 @@ export const RELEASE_TEXT: Record<ReleaseReason, string> = {
 
 /** The route's summary as `name value, name value` (client-chosen text: rendered with `safe`). */
 export function summaryText(summary: Readonly<Record<string, unknown>>): string {
-  return Object.entries(summary).map(([name, value]) => `${name} ${typeof value === 'string' ? value : JSON.stringify(value)}`).join(', ')
+  return visibleBidi(Object.entries(summary).map(([name, value]) => `${name} ${typeof value === 'string' ? value : JSON.stringify(value)}`).join(', '))
 }
 
 export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
