@@ -44,11 +44,25 @@ export function pathnameOf(request: Request): string {
   return metas.get(request)?.pathname ?? new URL(request.url).pathname
 }
 
-/** The address without the IPv4-mapped prefix (`::ffff:127.0.0.1` is 127.0.0.1), lower case. */
+/**
+ * One spelling per address, so one client is one throttle bucket: IPv6 in
+ * its canonical form (lower case, zeros compressed, by the URL parser), and
+ * an IPv4-mapped IPv6 address in any spelling (`::ffff:127.0.0.1`,
+ * `0:0:0:0:0:ffff:7f00:1`) as the IPv4 address it is.
+ */
 export function normalizeAddress(address: string): string {
-  const lower = address.trim().toLowerCase()
-  const mapped = /^::ffff:(\d{1,3}(\.\d{1,3}){3})$/.exec(lower)
-  return mapped ? mapped[1]! : lower
+  const trimmed = address.trim().toLowerCase()
+  if (isIP(trimmed) !== 6) return trimmed
+  let canonical: string
+  try {
+    canonical = new URL(`http://[${trimmed}]/`).hostname.slice(1, -1)
+  } catch {
+    return trimmed
+  }
+  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(canonical)
+  if (!mapped) return canonical
+  const [high, low] = [parseInt(mapped[1]!, 16), parseInt(mapped[2]!, 16)]
+  return [high >> 8, high & 255, low >> 8, low & 255].join('.')
 }
 
 /** What a request says of its client, given its socket address and how many proxies we trust. */
@@ -57,15 +71,26 @@ export function clientMeta(request: Request, socketAddress: string | undefined, 
   const url = new URL(request.url)
   let secure = url.protocol === 'https:'
   if (trustProxy > 0) {
+    // Strict: the entry our N-th proxy wrote, counted from the right. With fewer entries the request did
+    // not come through N proxies, and what is left of the header is the client's own (spoofable): the
+    // socket's address stands. A proxy's `ip:port` ([v6]:port) is taken without its port; a value that is
+    // not an address ("unknown", a name, garbage) is ignored, never used as a key or logged as one.
     const forwarded = listOf(request.headers.get('x-forwarded-for'))
-    const entry = forwarded.length === 0 ? undefined : forwarded[Math.max(0, forwarded.length - trustProxy)]
-    const candidate = entry?.replace(/^\[(.*)\]$/, '$1')
-    // A value that is not an address (garbage, a name, a port) is ignored, never used as a key or logged as one.
+    const entry = forwarded.length >= trustProxy ? forwarded[forwarded.length - trustProxy] : undefined
+    const candidate = entry === undefined ? undefined : withoutPort(entry)
     if (candidate && isIP(candidate) !== 0) address = normalizeAddress(candidate)
     const proto = listOf(request.headers.get('x-forwarded-proto')).at(-1)
     if (proto !== undefined) secure = proto.toLowerCase() === 'https'
   }
   return { address, secure, pathname: url.pathname }
+}
+
+/** `1.2.3.4:5678` → `1.2.3.4`, `[::1]:5678` and `[::1]` → `::1`; a bare IPv6 address (colons, no brackets) as it is. */
+function withoutPort(entry: string): string {
+  const bracketed = /^\[([^\]]+)\](?::\d{1,5})?$/.exec(entry)
+  if (bracketed) return bracketed[1]!
+  const v4 = /^(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}$/.exec(entry)
+  return v4 ? v4[1]! : entry
 }
 
 function listOf(header: string | null): string[] {
