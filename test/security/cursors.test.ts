@@ -94,24 +94,6 @@ describe('the admin key list', () => {
     }
   })
 
-  test('an edited cursor, an unsigned one, or one given to another API key is a 400 problem (the cursor is signed)', async () => {
-    for (let i = 0; i < 3; i++) expect((await postPayment(url, payment({ customer: 'cursor-signed' }))).status).toBe(201)
-    const first = await (await fetch(`${url}/api/payments?customer=cursor-signed&limit=1`, { headers: { authorization: 'Bearer acme-key' } })).json() as { next_cursor: string }
-    const [payload] = first.next_cursor.split('.') as [string]
-    const [at, id] = Buffer.from(payload, 'base64url').toString().split('|') as [string, string]
-    const edited = Buffer.from(`2099-01-01 00:00:00+00|${id}`).toString('base64url')
-    const refused = [
-      `${edited}.${first.next_cursor.split('.')[1]}`, // a well-formed, possible timestamp, the old signature
-      payload, // unsigned (the form of earlier releases)
-      encodePaymentCursor({ createdAt: at, id }, cursorKey('globex-key')), // signed for another key
-    ]
-    for (const cursor of refused) {
-      const response = await fetch(`${url}/api/payments?customer=cursor-signed&cursor=${cursor}`, { headers: { authorization: 'Bearer acme-key' } })
-      expect({ cursor, status: response.status }).toEqual({ cursor, status: 400 })
-    }
-    expect((await fetch(`${url}/api/payments?customer=cursor-signed&cursor=${first.next_cursor}`, { headers: { authorization: 'Bearer acme-key' } })).status).toBe(200)
-  })
-
   test('a genuine cursor still pages', async () => {
     for (let i = 0; i < 3; i++) await stuckKey(db.sql, 'acme', `cursor-key-${i}`, 100 + i)
     const first = await (await api(url, '/admin/api/keys?limit=2', { token: ADMIN_TOKEN })).json()
