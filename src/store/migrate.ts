@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
+import { requireUtf8 } from './encoding'
 
 /** sql/: one folder per migration line (sql/README.md). */
 export const SQL_DIR = join(import.meta.dir, '..', '..', 'sql')
@@ -97,6 +98,7 @@ export async function migrate(url: string, options: { lines?: readonly Migration
   const known = new Map(lines.map((line) => [line, migrationsOf(line)]))
   const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10 })
   try {
+    await requireUtf8(sql)
     await sql`select pg_advisory_lock(${MIGRATION_LOCK_ID})`
     return await sql.begin(async (tx) => {
       const adopted = await adoptLegacy(tx)
@@ -193,6 +195,7 @@ export async function checkSchema(url: string, options: { prepare?: boolean; lin
   const lines = options.lines ?? SERVICE_LINES
   const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10, prepare: options.prepare ?? true })
   try {
+    await requireUtf8(sql)
     const versions: Record<string, number> = {}
     for (const line of lines) {
       const known = migrationsOf(line).length
