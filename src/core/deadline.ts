@@ -28,10 +28,15 @@ export interface Deadline {
   readonly clear: () => void
 }
 
-/** An AbortSignal that fires at the deadline, or earlier when `abort` is called. */
-export function deadlineSignal(budgetMs: number): Deadline {
+/**
+ * An AbortSignal that fires at the deadline, or earlier when `abort` is called.
+ * The budget runs from `since` (performance.now(), default: now): the plugin
+ * passes the instant before the claim was sent, since the key's TTL runs from
+ * the claim statement and not from when its answer arrived.
+ */
+export function deadlineSignal(budgetMs: number, since = performance.now()): Deadline {
   const controller = new AbortController()
-  const timer = setTimeout(() => controller.abort(new DeadlineExceededError(budgetMs)), budgetMs)
+  const timer = setTimeout(() => controller.abort(new DeadlineExceededError(budgetMs)), Math.max(0, since + budgetMs - performance.now()))
   return {
     signal: controller.signal,
     abort: (reason) => controller.abort(reason),

@@ -310,6 +310,10 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     // The deadline takes a claim still queued for its statement out of the queue (it is never sent).
     const claimDeadline = AbortSignal.timeout(CLAIM_TIMEOUT_MS)
     const about: About = { request, tenant, key }
+    // The key's TTL and the age of a done key are counted by the database from
+    // this statement, so this process counts its deadline, its 409s and its
+    // cached replay from the instant before it is sent (never later).
+    const claimSentAt = performance.now()
     const claiming = claim(pools.short, identity, {
       ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.(), lease: leaseId, summary: summaryOf(valid.value),
     }, { signal: claimDeadline })
@@ -325,7 +329,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     switch (claimed.kind) {
       case 'replay':
         ticket?.end()
-        cache?.set(tenant, key, identity.fingerprint, claimed.response, retentionSeconds, claimed.ageSeconds)
+        cache?.set(tenant, key, identity.fingerprint, claimed.response, retentionSeconds, claimSentAt, claimed.ageSeconds)
         count('replayed', started)
         return replay(claimed.response)
       case 'in_progress':
@@ -339,16 +343,17 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       case 'created':
       case 'reclaimed':
         if (claimed.kind === 'reclaimed') notify('onReclaim', hooks.onReclaim, event)
-        return run(claimed.lease, claimed.kind, about, valid.value, identity.fingerprint, started, ticket)
+        return run(claimed.lease, claimed.kind, about, valid.value, identity.fingerprint, started, claimSentAt, ticket)
     }
   }
 
-  async function run(lease: Lease, outcome: 'created' | 'reclaimed', about: About, body: Body, requestFingerprint: string, started: number, ticket: ClaimTicket | undefined): Promise<Response> {
+  async function run(lease: Lease, outcome: 'created' | 'reclaimed', about: About, body: Body, requestFingerprint: string, started: number, claimSentAt: number, ticket: ClaimTicket | undefined): Promise<Response> {
     const { request } = about
-    const deadline = deadlineSignal(budgetMs)
+    const deadline = deadlineSignal(budgetMs, claimSentAt)
     ticket?.hold(lease, deadline.abort)
-    const leave = running?.enter(lease.tenant, lease.key, requestFingerprint, budgetMs)
+    const leave = running?.enter(lease.tenant, lease.key, requestFingerprint, budgetMs, claimSentAt)
     let completing = false
+    let completionSentAt = 0
     try {
       // The external phase: no connection held, no transaction open.
       const result = await untilAborted(route.act({
@@ -361,8 +366,9 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         attempt: lease.attempts,
       }), deadline.signal)
       // The completing phase: one statement (or one short transaction), fenced by the lease.
-      const stored = await completeWith(lease, body, result, requestIdOf(request), () => { completing = true })
-      cache?.set(lease.tenant, lease.key, requestFingerprint, stored, retentionSeconds)
+      const stored = await completeWith(lease, body, result, requestIdOf(request), () => { completing = true; completionSentAt = performance.now() })
+      // The completion sets completed_at after completionSentAt: the entry ends before the key's retention, however late the commit's answer.
+      cache?.set(lease.tenant, lease.key, requestFingerprint, stored, retentionSeconds, completionSentAt)
       count(outcome, started)
       return new Response(stored.body, { status: stored.status, headers: stored.headers })
     } catch (error) {

@@ -10,7 +10,14 @@ import type { StoredResponse } from '../core/types'
  * retention), in this process or any other. So an answer seen done, with its
  * fingerprint, stays the answer for that key until its retention ends, and an
  * entry is dropped a margin before that, counted on this process's clock from
- * the key's age as the database saw it (no clock skew enters).
+ * the key's age as the database saw it (no clock skew enters), and from the
+ * instant *before* the statement that saw it was sent: the database measured
+ * that age (or set `completed_at`) no earlier, so however long the answer took
+ * to come back (a lock wait, a commit waiting for its standby), the entry ends
+ * before the key's retention does. Counted from when the answer arrived, a
+ * commit delayed 0.9 s at a retention of 2 s let one instance replay an expired
+ * answer, and refuse (422) the new request another instance had already bound
+ * to the key (test/http/replay-cache.test.ts).
  *
  * Why: a replay otherwise costs the claim statement, about 3.5 times the
  * naive design's single SELECT in the database (BENCHMARKS.md); retries of
@@ -34,9 +41,12 @@ export function replayMarginMs(retentionSeconds: number): number {
 export class ReplayCache {
   readonly #entries = new Map<string, CachedAnswer>()
   readonly #max: number
+  readonly #now: () => number
 
-  constructor(maxEntries: number) {
+  /** `now` is the clock of `at` and of the expiry (tests move it). */
+  constructor(maxEntries: number, now: () => number = () => performance.now()) {
     this.#max = maxEntries
+    this.#now = now
   }
 
   get size(): number {
@@ -48,19 +58,24 @@ export class ReplayCache {
     const entry = this.#entries.get(id)
     if (!entry) return undefined
     this.#entries.delete(id)
-    if (performance.now() >= entry.usableUntil) return undefined
+    if (this.#now() >= entry.usableUntil) return undefined
     this.#entries.set(id, entry)
     return entry
   }
 
-  /** Remembers a done key's answer; `ageSeconds` is how long ago it completed (0 for one completed just now). */
-  set(tenant: string, key: string, fingerprint: string, response: StoredResponse, retentionSeconds: number, ageSeconds = 0): void {
+  /**
+   * Remembers a done key's answer. `sentAt` is this clock read before the
+   * statement that saw the key done was sent; `ageSeconds` how long before
+   * that statement the key had completed, as the database said (0 for the
+   * completion itself: it sets `completed_at` after `sentAt`).
+   */
+  set(tenant: string, key: string, fingerprint: string, response: StoredResponse, retentionSeconds: number, sentAt: number, ageSeconds = 0): void {
     if (this.#max <= 0) return
-    const left = (retentionSeconds - ageSeconds) * 1000 - replayMarginMs(retentionSeconds)
-    if (left <= 0) return
+    const usableUntil = sentAt + (retentionSeconds - ageSeconds) * 1000 - replayMarginMs(retentionSeconds)
+    if (usableUntil <= this.#now()) return
     const id = `${tenant}\u0000${key}`
     this.#entries.delete(id)
-    this.#entries.set(id, { fingerprint, response, usableUntil: performance.now() + left })
+    this.#entries.set(id, { fingerprint, response, usableUntil })
     while (this.#entries.size > this.#max) this.#entries.delete(this.#entries.keys().next().value!)
   }
 }

@@ -19,7 +19,7 @@
  */
 export interface RunningKey {
   readonly fingerprint: string
-  /** performance.now() when the run began. */
+  /** performance.now() before the claim that began the run was sent. */
   readonly since: number
   /** performance.now() after which the entry is not used: the run's deadline. */
   readonly usableUntil: number
@@ -32,10 +32,14 @@ export class RunningKeys {
     return this.#entries.size
   }
 
-  /** Marks the key as run by this process until the returned function is called. */
-  enter(tenant: string, key: string, fingerprint: string, budgetMs: number): () => void {
+  /**
+   * Marks the key as run by this process until the returned function is
+   * called. `since` is performance.now() read before the claim was sent: the
+   * key's TTL runs from the claim statement, no earlier, so the entry ends
+   * before the database would let another process reclaim it.
+   */
+  enter(tenant: string, key: string, fingerprint: string, budgetMs: number, since: number): () => void {
     const id = `${tenant}\u0000${key}`
-    const since = performance.now()
     const entry: RunningKey = { fingerprint, since, usableUntil: since + budgetMs }
     this.#entries.set(id, entry)
     return () => {

@@ -11,6 +11,7 @@ import { ReplayCache, replayMarginMs } from '../../src/http/replay-cache'
 import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, paymentRequest } from '../support/http'
+import { waitFor } from '../support/wait'
 
 let db: TestDatabase
 let service: InProcessService
@@ -53,13 +54,71 @@ test('another tenant\'s same key is another request', async () => {
 test('an entry is dropped a margin before its key\'s retention ends, and the cache keeps at most its bound', async () => {
   const cache = new ReplayCache(2)
   const answer = { status: 201, headers: {}, body: '{}' }
-  cache.set('t', 'young', 'f', answer, 3600, 0)
-  cache.set('t', 'near-end', 'f', answer, 3600, 3600 - replayMarginMs(3600) / 1000 + 1)
+  cache.set('t', 'young', 'f', answer, 3600, performance.now(), 0)
+  cache.set('t', 'near-end', 'f', answer, 3600, performance.now(), 3600 - replayMarginMs(3600) / 1000 + 1)
   expect(cache.get('t', 'young')).toBeDefined()
   expect(cache.get('t', 'near-end')).toBeUndefined()
-  cache.set('t', 'a', 'f', answer, 3600)
-  cache.set('t', 'b', 'f', answer, 3600)
+  cache.set('t', 'a', 'f', answer, 3600, performance.now())
+  cache.set('t', 'b', 'f', answer, 3600, performance.now())
   expect(cache.size).toBe(2)
   expect(cache.get('t', 'young')).toBeUndefined() // the least recently used went first
   expect(new ReplayCache(0).get('t', 'x')).toBeUndefined()
+})
+
+// Catches: an expiry that is never checked once the entry is in (the check in get() deleted), or one counted
+// from when the answer arrived instead of from before its statement was sent.
+test('an entry stops being used when its time is up, counted from before its statement was sent', () => {
+  let now = 1_000_000
+  const cache = new ReplayCache(10, () => now)
+  const answer = { status: 201, headers: {}, body: '{}' }
+  const usableMs = 2_000 - replayMarginMs(2)
+  cache.set('t', 'k', 'f', answer, 2, now)
+  now += usableMs - 1
+  expect(cache.get('t', 'k')).toBeDefined()
+  now += 1
+  expect(cache.get('t', 'k')).toBeUndefined()
+  // The completion was sent at `sent`; its answer came back 900 ms later (a lock wait, a synchronous standby).
+  const sent = now
+  now += 900
+  cache.set('t', 'slow', 'f', answer, 2, sent)
+  now = sent + usableMs
+  expect(cache.get('t', 'slow')).toBeUndefined()
+  // A replay read from the database: the key was 1.5 s old when the statement (sent at `sent`) ran.
+  cache.set('t', 'old', 'f', answer, 2, sent, 1.5)
+  expect(cache.get('t', 'old')).toBeUndefined()
+})
+
+// Catches: an entry counted from when the completion's answer arrived. The completion's UPDATE sets
+// completed_at, then waits 700 ms on a row lock before it commits; at a retention of 2 s the answer then
+// stayed in A's memory ~0.5 s past the key's retention, while B had already bound the key to a new request:
+// A answered that request 422 (SPEC: a key past its retention is a new key, on every instance alike).
+test('a commit answered late does not keep the answer past the key\'s retention on this instance', async () => {
+  const env = { IDEMPOTENCY_TTL_SECONDS: '2', IDEMPOTENCY_RETENTION_SECONDS: '2' }
+  const a = await startApp(db, { env, faults: { delayMs: 200 } })
+  const b = await startApp(db, { env })
+  try {
+    const key = `late-commit-${crypto.randomUUID()}`
+    const first = a.handle(paymentRequest(a.url, payment(), { key }))
+    await waitFor(async () => (await db.sql`select 1 from idempotency_keys where key = ${key} and status = 'processing'`).length === 1, 'the claim')
+    // Held while A's provider call runs: A's completing UPDATE waits for it with completed_at already set.
+    const held = db.sql.begin(async (tx) => {
+      await tx`select 1 from idempotency_keys where key = ${key} for update`
+      await Bun.sleep(700)
+    })
+    expect((await first).status).toBe(201)
+    await held
+    await waitFor(async () => {
+      const [row] = await db.sql<{ past: boolean }[]>`
+        select clock_timestamp() > completed_at + interval '2.05 seconds' as past from idempotency_keys where key = ${key}`
+      return row?.past === true
+    }, 'the key past its retention', 5_000)
+    const rebound = await b.handle(paymentRequest(b.url, payment({ amount: 777 }), { key }))
+    expect({ status: rebound.status, replayed: rebound.headers.get('idempotent-replayed') }).toEqual({ status: 201, replayed: null })
+    const onA = await a.handle(paymentRequest(a.url, payment({ amount: 777 }), { key }))
+    expect({ status: onA.status, replayed: onA.headers.get('idempotent-replayed'), body: await onA.text() })
+      .toEqual({ status: 201, replayed: 'true', body: await rebound.text() })
+  } finally {
+    await a.stop()
+    await b.stop()
+  }
 })

@@ -80,11 +80,15 @@ test('a run that failed is forgotten: the retry runs again under the database\'s
 // Catches: an entry used past its run's deadline, when the database may already let a retry reclaim the key.
 test('an entry is not used past the run\'s deadline, and leaving removes only its own run', async () => {
   const keys = new RunningKeys()
-  const leave = keys.enter('t', 'k', 'f', 0)
+  const leave = keys.enter('t', 'k', 'f', 0, performance.now())
   expect(keys.get('t', 'k')).toBeUndefined()
   leave()
-  const first = keys.enter('t', 'k2', 'f1', 60_000)
-  const second = keys.enter('t', 'k2', 'f2', 60_000) // a reclaim by this process while the old run ends
+  // Counted from the claim's sending, not from entering: a claim answered 60 s late leaves nothing to use.
+  const late = keys.enter('t', 'late', 'f', 60_000, performance.now() - 60_000)
+  expect(keys.get('t', 'late')).toBeUndefined()
+  late()
+  const first = keys.enter('t', 'k2', 'f1', 60_000, performance.now())
+  const second = keys.enter('t', 'k2', 'f2', 60_000, performance.now()) // a reclaim by this process while the old run ends
   first()
   expect(keys.get('t', 'k2')?.fingerprint).toBe('f2')
   second()
