@@ -6,6 +6,7 @@ import { InFlight } from './http/in-flight'
 import { createMetrics } from './metrics/registry'
 import { ClusterMetrics } from './metrics/cluster'
 import { DatabaseGauges } from './metrics/gauges'
+import { Scrapes } from './metrics/scrapes'
 import { collectProcessMetrics } from './metrics/process'
 import { buildApp, serve } from './server'
 import { installLastResort } from './last-resort'
@@ -20,6 +21,12 @@ import { ConfigError, type Config } from './config'
 export const DRAIN_TIMEOUT_MS = 10_000
 /** Stopped requests release their keys in one statement; this is plenty, and the last resort releases them from here. */
 export const ABORTED_DRAIN_MS = 3_000
+/**
+ * At most this long, after the last answer, for Prometheus to read /metrics
+ * once more (metrics/scrapes.ts): with the drain's 10 + 3 s it stays within
+ * the 30 s a container runtime gives before its SIGKILL.
+ */
+export const LAST_SCRAPE_WAIT_MS = 15_000
 /** How often a worker checks that its supervisor still lives: a SIGKILLed supervisor sends no signal. */
 const PARENT_POLL_MS = 500
 
@@ -39,11 +46,6 @@ export interface RunOptions {
   readonly stop?: AbortSignal
 }
 
-/**
- * Serves until SIGTERM or SIGINT, then drains: stop accepting, let in-flight
- * requests finish (or, past the deadline, roll them back and release their
- * keys), close the pools. A clean stop leaves no key in processing.
- */
 /** Starts a listener; a port another process holds is said as the setting to change (main.ts exits 2 naming it). */
 function listen<T>(variable: 'PORT' | 'METRICS_PORT', host: string, port: number, start: () => T): T {
   try {
@@ -54,6 +56,12 @@ function listen<T>(variable: 'PORT' | 'METRICS_PORT', host: string, port: number
   }
 }
 
+/**
+ * Serves until SIGTERM or SIGINT, then drains: stop accepting work, let
+ * in-flight requests finish (or, past the deadline, roll them back and
+ * release their keys), let Prometheus read the last counters, close the
+ * pools. A clean stop leaves no key in processing.
+ */
 export async function runServer(config: Config, databaseUrl: string, options: RunOptions): Promise<number> {
   const { log } = options
   const pools = openPools(databaseUrl, { applicationName: `idempotent-post:${process.pid}`, pgbouncer: config.databasePgbouncer })
@@ -71,7 +79,8 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   // One heartbeat row for this process: how force-expire tells a live owner from a dead one.
   // It lists the leases this process works on (per-request liveness, core/processes.ts).
   const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds() })
-  const deps = { config, pools, metrics, gauges, inFlight, health, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
+  const scrapes = new Scrapes()
+  const deps = { config, pools, metrics, gauges, inFlight, health, scrapes, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
   const app = buildApp(deps)
   const server = listen('PORT', config.host, config.port, () => serve(app, deps, { reusePort: config.workers > 1 }))
   // METRICS_PORT: /metrics on a listener of its own (and not on PORT), e.g. one only the monitoring network reaches.
@@ -102,11 +111,14 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   // A second signal during the drain must not kill us half-way (with `stop`, main.ts's handlers stay to the end).
   const ignore = () => log.info('already draining')
   if (!options.stop) process.on('SIGTERM', ignore).on('SIGINT', ignore)
-  // From here no new claim starts (503, nothing stored); every request
-  // accepted so far is counted, claimed or not, and waited for.
+  // From here no new claim starts (503, nothing stored), /readyz says
+  // "draining"; every request accepted so far is counted, claimed or not,
+  // and waited for. The listener that serves /metrics stays open until its
+  // last read after the last answer: the API's own closes now when /metrics
+  // has a port of its own, else it stays too and refuses new work with 503s.
   inFlight.drain()
   log.info(`${signal}: draining ${inFlight.size} in-flight request(s)`, { signal, in_flight: inFlight.size })
-  const stopped = Promise.all([server.stop(false), metricsServer?.stop(false)])
+  const apiStopped = metricsServer ? server.stop(false) : undefined
   await purge.stop()
   const drained = await inFlight.drained(DRAIN_TIMEOUT_MS)
   if (!drained) {
@@ -118,8 +130,15 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
       for (const lease of inFlight.leases) await release(pools.short, lease, 'shutdown').catch(() => undefined)
     }
   }
-  // Answers written, then the heartbeat and the pools go, after the last handler returned.
+  // Every answer is written and counted: one more scrape reads the last counters.
+  const patience = scrapes.patienceMs(LAST_SCRAPE_WAIT_MS)
+  if (patience > 0) {
+    const scraped = await scrapes.next(LAST_SCRAPE_WAIT_MS)
+    log.info(scraped ? 'metrics read after the last answer' : `no metrics read within ${Math.round(patience)} ms of the last answer: stopping without`, { scraped })
+  }
+  // Then the listeners, the heartbeat and the pools go, after the last handler returned.
   durability.stop()
+  const stopped = Promise.all([apiStopped ?? server.stop(false), metricsServer?.stop(false)])
   await Promise.race([stopped, Bun.sleep(1_000)])
   await heartbeat.stop()
   await Promise.all([pools.close(), health.close()])

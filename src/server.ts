@@ -13,6 +13,7 @@ import { adminDocument, apiDocs, detail, DOCS_ROUTES, health, problemAnswers } f
 import type { ClusterMetrics } from './metrics/cluster'
 import { exposition } from './metrics/exposition'
 import type { DatabaseGauges } from './metrics/gauges'
+import type { Scrapes } from './metrics/scrapes'
 import { PAYMENTS_ROUTE, PAYMENTS_ROUTES, paymentsRoutes } from './payments/routes'
 import { providerClient, type PaymentProvider } from './provider/client'
 import { databaseAnswers, type Pools } from './store/db'
@@ -35,6 +36,8 @@ export interface AppDependencies {
   /** WORKERS>1: /metrics sums the per-process metrics of all workers. */
   readonly cluster?: ClusterMetrics
   readonly inFlight?: InFlight
+  /** When /metrics was read: a drain waits for one more read after its last answer (metrics/scrapes.ts). */
+  readonly scrapes?: Scrapes
   /** The payment provider; @default a client of config.providerUrl. */
   readonly provider?: PaymentProvider
   /** This process's heartbeat id, the owner of the keys it claims. */
@@ -128,14 +131,17 @@ export function buildApp(deps: AppDependencies) {
     // a stalled synchronous standby hangs every write while reads still answer)
     // and the pool answers. The probe runs on its interval, so a check costs no write.
     .get('/readyz', async () => {
+      // At once on SIGTERM, before anything else: a load balancer takes this server out while it finishes its requests.
+      if (deps.inFlight?.draining) return problemResponse(OPERATIONS_PROBLEMS.problem('draining'))
       if (deps.health && !deps.health.up) return problemResponse(OPERATIONS_PROBLEMS.problem('not-ready', 'The database does not take writes right now (down, read-only, or waiting for its synchronous standby).'))
       return await databaseAnswers(pools.short) ? Response.json({ status: 'ready' }) : problemResponse(OPERATIONS_PROBLEMS.problem('not-ready'))
     }, {
-      detail: detail({ summary: 'Readiness: 200 when the database takes writes', tags: ['operations'], security: [], responses: { 200: health('ready'), 503: operationsAnswer(['not-ready']) } }),
+      detail: detail({ summary: 'Readiness: 200 when the database takes writes', tags: ['operations'], security: [], responses: { 200: health('ready'), 503: operationsAnswer(['not-ready', 'draining']) } }),
     })
     .get('/metrics', async () => {
       try {
         const text = await exposition({ registry: metrics.registry, gauges: deps.gauges, cluster: deps.cluster })
+        deps.scrapes?.seen()
         return new Response(text, { headers: { 'content-type': metrics.registry.contentType } })
       } catch (error) {
         // Only the WORKERS>1 aggregation can fail; a gap beats a partial sum (see metrics/cluster.ts).
