@@ -1,5 +1,6 @@
 import { Batcher } from './batcher'
 import { isDataError } from './errors'
+import { recovering, type Recovery } from './recovery'
 import { newLeaseId } from './lease-id'
 import { isExpiredAge } from './policy'
 import { reclaim, renewExpired, retakeReleased } from './reclaim'
@@ -14,8 +15,10 @@ import type { Claimant, ClaimResult, Lease, RequestIdentity, Sql } from './types
 const MAX_ROUNDS = 4
 
 export interface ClaimOptions {
-  /** While the claim is still queued for its statement, aborting takes it out (it is never sent). */
+  /** While the claim is still queued for its statement, aborting takes it out (it is never sent); it also ends the recovery's waiting. */
   readonly signal?: AbortSignal | undefined
+  /** Run the claim again, with the same lease, when its connection fails under it (recovery.ts). @default one attempt */
+  readonly recovery?: Recovery | undefined
 }
 
 /**
@@ -38,6 +41,11 @@ export interface ClaimOptions {
  * The rare cases take a second, conditional statement (reclaim.ts): a stale
  * or abandoned processing key, a released key, a completed key past its
  * retention.
+ *
+ * A connection that fails under any of these statements leaves it unknown
+ * whether it committed; with `options.recovery` the claim is sent again with
+ * the same lease, and a key found in processing under that lease is ours: the
+ * lost statement committed.
  */
 export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant, options: ClaimOptions = {}): Promise<ClaimResult> {
   // The caller draws the lease (and lists it with its heartbeat) before the
@@ -49,11 +57,20 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant, o
     lease, owner: claimant.owner ?? null, now: claimant.now?.toISOString() ?? null, ttl: claimant.ttlSeconds,
     summary: claimant.summary ?? null,
   }
+  const recovery = options.recovery && { ...options.recovery, signal: options.signal ?? options.recovery.signal }
+  return recovering('claim', (attempt) => claimRounds(sql, id, claimant, member, taker, attempt, options.signal), recovery)
+}
+
+async function claimRounds(sql: Sql, id: RequestIdentity, claimant: Claimant, member: ClaimMember, taker: Claimant & { lease: string },
+  attempt: number, signal: AbortSignal | undefined): Promise<ClaimResult> {
   for (let round = 0; round < MAX_ROUNDS; round++) {
-    const row = await claimsOf(sql).submit(member, options.signal)
+    const row = await claimsOf(sql).submit(member, signal)
     if (!row) continue // conflicted with a row our snapshot cannot see yet, or it vanished
     const seen: Lease = { tenant: id.tenant, key: id.key, lease: row.lease, attempts: row.attempts, requestId: row.request_id }
     if (row.fresh) return { kind: 'created', lease: seen }
+    // Our own lease: an earlier attempt of this claim (or of its reclaim) committed, and its answer was lost.
+    if (attempt > 1 && row.status === 'processing' && row.lease === taker.lease)
+      return { kind: row.attempts > 1 ? 'reclaimed' : 'created', lease: seen }
 
     if (row.status === 'done') {
       if (row.completed_age_seconds !== null && isExpiredAge(row.completed_age_seconds, claimant.retentionSeconds)) {

@@ -10,6 +10,8 @@ import { DatabaseUnavailableError, IdempotencyError, LeaseLostError, SQLSTATE, i
 import { fingerprint } from '../core/fingerprint'
 import { newLeaseId } from '../core/lease-id'
 import { release, type ReleaseReason } from '../core/release'
+import { completionState } from '../core/completion-state'
+import { recovering, type Recovery, type RetryCause, type StatementKind } from '../core/recovery'
 import { ReplayCache } from './replay-cache'
 import { RunningKeys } from './running-keys'
 import { completeRows, type RowWrites } from '../core/complete-rows'
@@ -316,7 +318,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const claimSentAt = performance.now()
     const claiming = claim(pools.short, identity, {
       ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.(), lease: leaseId, summary: summaryOf(valid.value),
-    }, { signal: claimDeadline })
+    }, { signal: claimDeadline, recovery: recoveryUntil(claimSentAt + CLAIM_TIMEOUT_MS) })
     let claimed: ClaimResult
     try {
       claimed = await withTimeout(claiming, CLAIM_TIMEOUT_MS, () => new DatabaseUnavailableError(new Error(`the claim got no answer within ${CLAIM_TIMEOUT_MS} ms`)))
@@ -353,7 +355,8 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     ticket?.hold(lease, deadline.abort)
     const leave = running?.enter(lease.tenant, lease.key, requestFingerprint, budgetMs, claimSentAt)
     let completing = false
-    let completionSentAt = 0
+    // The first attempt's: a later one may find that this one committed (recovery.ts).
+    let completionSentAt: number | undefined
     try {
       // The external phase: no connection held, no transaction open.
       const result = await untilAborted(route.act({
@@ -366,9 +369,12 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         attempt: lease.attempts,
       }), deadline.signal)
       // The completing phase: one statement (or one short transaction), fenced by the lease.
-      const stored = await completeWith(lease, body, result, requestIdOf(request), () => { completing = true; completionSentAt = performance.now() })
+      const stored = await completeRecovering(lease, body, result, requestIdOf(request), claimSentAt + budgetMs, () => {
+        completing = true
+        completionSentAt ??= performance.now()
+      })
       // The completion sets completed_at after completionSentAt: the entry ends before the key's retention, however late the commit's answer.
-      cache?.set(lease.tenant, lease.key, requestFingerprint, stored, retentionSeconds, completionSentAt)
+      cache?.set(lease.tenant, lease.key, requestFingerprint, stored, retentionSeconds, completionSentAt!)
       count(outcome, started)
       return new Response(stored.body, { status: stored.status, headers: stored.headers })
     } catch (error) {
@@ -417,6 +423,35 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     next()
   }
 
+  /** Recovery of a statement of this route until `until` (performance.now()), counted by kind and cause. */
+  function recoveryUntil(until: number): Recovery {
+    return { until, onRetry: (statement: StatementKind, cause: RetryCause) => notify('onRetry', hooks.onRetry, { ...event, statement, cause }) }
+  }
+
+  /**
+   * The completion, sent again while its connection fails under it and the
+   * request's deadline is ahead. Before each new attempt the key is read:
+   * done under our lease is the lost attempt's commit (its stored answer is
+   * the answer), processing under our lease means nothing committed (the
+   * recording step runs again: nothing of its last run was written), anything
+   * else a lost lease. A fence that fails on a later attempt is read the same
+   * way: the earlier attempt may have committed in between.
+   */
+  async function completeRecovering(lease: Lease, body: Body, result: Result, requestId: string, until: number, sending: () => void): Promise<StoredResponse> {
+    let lost = false
+    return recovering('completion', async (attempt) => {
+      if (attempt > 1) {
+        const state = await completionState(pools.short, lease)
+        if (state.kind === 'done') return state.response
+        if (state.kind === 'lost') {
+          lost = true
+          throw new LeaseLostError()
+        }
+      }
+      return completeWith(lease, body, result, requestId, sending)
+    }, recoveryUntil(until), (error, attempt) => !lost && (isUnavailable(error) || (error instanceof LeaseLostError && attempt > 1)))
+  }
+
   /** The recording step and the completion, in the route's form; `sending` is called as the completion goes to the database. */
   async function completeWith(lease: Lease, body: Body, result: Result, requestId: string, sending: () => void): Promise<StoredResponse> {
     const now = options.now?.()
@@ -441,7 +476,9 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     let timer: ReturnType<typeof setTimeout> | undefined
     const timeout = new Promise<false>((resolve) => { timer = setTimeout(() => resolve(false), RELEASE_TIMEOUT_MS) })
     try {
-      return await Promise.race([release(pools.short, lease, reason).catch(() => false), timeout])
+      // A release is conditional on our lease: sending it again is safe, within its own time.
+      const releasing = recovering('release', () => release(pools.short, lease, reason), recoveryUntil(performance.now() + RELEASE_TIMEOUT_MS - 250))
+      return await Promise.race([releasing.catch(() => false), timeout])
     } finally {
       clearTimeout(timer)
     }

@@ -1,4 +1,5 @@
 import type { ReleaseReason } from '../core/release'
+import type { RetryCause, StatementKind } from '../core/recovery'
 import { log } from '../log'
 
 /**
@@ -28,6 +29,13 @@ export interface ReleaseEvent extends RouteEvent {
   readonly reason: ReleaseReason
 }
 
+export { RETRY_CAUSES, STATEMENT_KINDS, type RetryCause, type StatementKind } from '../core/recovery'
+
+export interface RetryEvent extends RouteEvent {
+  readonly statement: StatementKind
+  readonly cause: RetryCause
+}
+
 /**
  * Called synchronously on the request's path, so keep them cheap (a counter
  * increment). One that throws is logged and ignored: counting never changes
@@ -44,6 +52,8 @@ export interface IdempotencyHooks {
   readonly onRelease?: (event: ReleaseEvent) => void
   /** This request ran into its deadline (its key is then released with reason `deadline`, if the database takes it). */
   readonly onDeadline?: (event: RouteEvent) => void
+  /** A statement of this request was sent again after its connection failed under it (core/recovery.ts). */
+  readonly onRetry?: (event: RetryEvent) => void
 }
 
 /** Calls `hook`, never letting it throw into the request. */

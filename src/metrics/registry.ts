@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client'
-import { OUTCOMES, RELEASE_REASONS, type IdempotencyHooks } from '../http/outcomes'
+import { OUTCOMES, RELEASE_REASONS, RETRY_CAUSES, STATEMENT_KINDS, type IdempotencyHooks } from '../http/outcomes'
 import type { AnswerEvent } from '../http/observe'
 import type { ProviderCallEvent, ProviderCallOutcome } from '../provider/client'
 import type { PoolUsage } from '../store/pool-usage'
@@ -26,6 +26,7 @@ export interface Metrics {
   readonly reclaims: Counter<'route'>
   readonly leasesLost: Counter<'route'>
   readonly releases: Counter<'route' | 'reason'>
+  readonly statementRetries: Counter<'route' | 'statement' | 'cause'>
   readonly purgedKeys: Counter
   readonly deadlines: Counter<'route'>
   readonly providerDuration: Histogram<'outcome'>
@@ -98,6 +99,12 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
       name: 'idempotency_releases_total',
       help: 'Keys given back after a failed execution, so that a retry runs again, by reason: failed, deadline (the provider may have charged), shutdown.',
       labelNames: ['route', 'reason'],
+      registers,
+    }),
+    statementRetries: new Counter({
+      name: 'idempotency_statement_retries_total',
+      help: 'Statements sent again on a fresh connection after the one under them failed, within the request\'s deadline, by statement (claim, completion, release, read) and cause (terminated, connection_lost, refused, read_only, pooler, timeout).',
+      labelNames: ['route', 'statement', 'cause'],
       registers,
     }),
     deadlines: new Counter({
@@ -175,6 +182,7 @@ export function primeRoute(metrics: Metrics, route: string, method = 'POST'): vo
   metrics.reclaims.inc({ route }, 0)
   metrics.leasesLost.inc({ route }, 0)
   for (const reason of RELEASE_REASONS) metrics.releases.inc({ route, reason }, 0)
+  for (const statement of STATEMENT_KINDS) for (const cause of RETRY_CAUSES) metrics.statementRetries.inc({ route, statement, cause }, 0)
   metrics.deadlines.inc({ route }, 0)
 }
 
@@ -213,6 +221,7 @@ export function idempotencyHooks(metrics: Metrics): IdempotencyHooks {
     onLeaseLost: ({ route }) => metrics.leasesLost.inc({ route }),
     onRelease: ({ route, reason }) => metrics.releases.inc({ route, reason }),
     onDeadline: ({ route }) => metrics.deadlines.inc({ route }),
+    onRetry: ({ route, statement, cause }) => metrics.statementRetries.inc({ route, statement, cause }),
   }
 }
 

@@ -2,6 +2,8 @@ import { Elysia } from 'elysia'
 import { characters } from '../characters'
 import type { Pools } from '../store/db'
 import { retryRead } from '../store/read'
+import type { RetryCause } from '../core/recovery'
+import { notify } from '../http/outcomes'
 import { idempotentPost, type IdempotencyOptions } from '../http/idempotency'
 import { detail, problemAnswer, problemAnswers } from '../http/operation'
 import { problem, problemResponse, problems } from '../http/problem'
@@ -30,6 +32,8 @@ const paymentAnswer = problemAnswers(PAYMENT_PROBLEMS)
 export function paymentsRoutes(options: PaymentsOptions) {
   const { pools, provider, tenant: tenantOf } = options
   const columns = pools.short.unsafe(PAYMENT_COLUMNS)
+  // A read run again after its connection failed is counted as the POST's statements are.
+  const readRetried = (route: string) => (cause: RetryCause) => notify('onRetry', options.hooks?.onRetry, { route, statement: 'read', cause })
 
   const create = idempotentPost<NewPayment, Charge>(options, {
     path: PAYMENTS_ROUTE,
@@ -69,7 +73,7 @@ export function paymentsRoutes(options: PaymentsOptions) {
       if (tenant === undefined) return problemResponse(problems.unauthorized(), { 'www-authenticate': 'Bearer' })
       // Another tenant's payment is answered exactly like a missing one: no existence leaks.
       if (!isUuid(params.id)) return problemResponse(problems.notFound('No such payment.'))
-      const [row] = await retryRead(() => pools.short<PaymentRow[]>`select ${columns} from payments where id = ${params.id} and tenant = ${tenant}`)
+      const [row] = await retryRead(() => pools.short<PaymentRow[]>`select ${columns} from payments where id = ${params.id} and tenant = ${tenant}`, readRetried(`${PAYMENTS_ROUTE}/:id`))
       return row ? Response.json(paymentJson(row)) : problemResponse(problems.notFound('No such payment.'))
     }, {
       detail: detail({
@@ -105,7 +109,7 @@ export function paymentsRoutes(options: PaymentsOptions) {
          where tenant = ${tenant} and customer = ${customer}
            ${cursor ? pools.short`and (created_at, id) < (${cursor.createdAt}::timestamptz, ${cursor.id}::uuid)` : pools.short``}
          order by created_at desc, id desc
-         limit ${limit + 1}`)
+         limit ${limit + 1}`, readRetried(PAYMENTS_ROUTE))
       const page = rows.slice(0, limit)
       const last = page.at(-1)
       return Response.json({

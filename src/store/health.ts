@@ -53,14 +53,16 @@ export interface DatabaseHealthOptions {
 /**
  * Whether the database takes writes, known without asking it on the request
  * path: /readyz answers from it, and while it is false requests that need
- * the database are answered 503 at once (server.ts).
+ * the database wait for it briefly (a failover's seconds, `whenUp`), then are
+ * answered 503 (server.ts), instead of queueing behind reconnects.
  *
  * Why: while the database is away, postgres.js queues every query until a
  * reconnect succeeds, so requests hang instead of failing (test/chaos/
  * postgres-restart.test.ts: POSTs waited up to 3 s, 19 s with postgres.js's
  * default backoff). While a synchronous standby is stalled, every commit
  * waits for it, with no error at all. With this gate, requests are answered
- * 503 at once while the probe fails or hangs, and nothing piles up. The
+ * 503 within DATABASE_WAIT_MS while the probe fails or hangs, and nothing
+ * piles up for longer. The
  * probe has its own connection, so it never queues behind the pools' work,
  * and at most one probe is outstanding: one stuck in a commit is waited on
  * (and judged by its age), not stacked behind.
@@ -70,6 +72,7 @@ export class DatabaseHealth {
   readonly #timer: ReturnType<typeof setInterval>
   readonly #log: Logger
   #up = true
+  #waiting: (() => void)[] = []
   #statement = WRITE_PROBE
   /** When the outstanding probe was sent, and its answer. */
   #outstanding: { since: number; answer: Promise<boolean> } | undefined
@@ -97,11 +100,36 @@ export class DatabaseHealth {
     return this.#up
   }
 
+  /**
+   * Resolves true as soon as the database is up (at once when it is), false
+   * when `timeoutMs` passes first: a request that came during a failover or a
+   * restart waits for it, briefly, instead of being refused at once.
+   */
+  whenUp(timeoutMs: number): Promise<boolean> {
+    if (this.#up) return Promise.resolve(true)
+    return new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => {
+        this.#waiting = this.#waiting.filter((waiter) => waiter !== done)
+        resolve(false)
+      }, timeoutMs)
+      const done = () => {
+        clearTimeout(timer)
+        resolve(true)
+      }
+      this.#waiting.push(done)
+    })
+  }
+
+  #set(up: boolean): void {
+    this.#up = up
+    if (up) for (const resolve of this.#waiting.splice(0)) resolve()
+  }
+
   /** Probes once (or judges the outstanding probe by its age); the result becomes `up`. */
   async probe(): Promise<boolean> {
     const outstanding = this.#outstanding
     if (outstanding) {
-      if (performance.now() - outstanding.since >= PROBE_SLOW_MS) this.#up = false
+      if (performance.now() - outstanding.since >= PROBE_SLOW_MS) this.#set(false)
       return this.#up
     }
     const since = performance.now()
@@ -111,12 +139,12 @@ export class DatabaseHealth {
     const slow = new Promise<'slow'>((resolve) => { timer = setTimeout(() => resolve('slow'), PROBE_SLOW_MS) })
     const result = await Promise.race([answer, slow]).finally(() => clearTimeout(timer))
     if (result === 'slow') {
-      this.#up = false
+      this.#set(false)
       // The probe stays outstanding until it is answered (its commit may be waiting for a standby).
-      void answer.then((ok) => { this.#up = ok; this.#outstanding = undefined })
+      void answer.then((ok) => { this.#set(ok); this.#outstanding = undefined })
       return false
     }
-    this.#up = result
+    this.#set(result)
     this.#outstanding = undefined
     return result
   }

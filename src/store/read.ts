@@ -1,20 +1,20 @@
-import { isUnavailable } from '../core/errors'
+import { recovering, type RetryCause } from '../core/recovery'
 
 /**
- * Runs an idempotent read, and once more if it failed for a lost connection.
- *
- * Why: after a database restart the pool may still hand out a connection
- * whose socket died with the old server; the first query on it fails
- * (CONNECTION_CLOSED) although the database is back and /readyz says so.
- * postgres.js reconnects on the next query, so one retry answers the read
- * instead of a 503. Only reads: a write whose answer was lost may have
- * happened, and must not be sent twice.
+ * A read's time to run again after the connection under it failed: past a
+ * database restart the pool may still hand out a connection whose socket died
+ * with the old server, and a failover takes a couple of seconds; a read
+ * changes nothing, so it may simply run again (core/recovery.ts). Within the
+ * claim's own bound, so a read answers no later than a payment would.
  */
-export async function retryRead<T>(read: () => Promise<T>): Promise<T> {
-  try {
-    return await read()
-  } catch (error) {
-    if (!isUnavailable(error)) throw error
-    return read()
-  }
+export const READ_RECOVERY_MS = 5_000
+
+/**
+ * Runs an idempotent read, again (backing off, with jitter) while its
+ * connection fails under it, for up to READ_RECOVERY_MS. Only reads: a write
+ * whose answer was lost may have happened, and must not be sent twice
+ * (claims and completions recover by their lease instead).
+ */
+export function retryRead<T>(read: () => Promise<T>, onRetry?: (cause: RetryCause) => void): Promise<T> {
+  return recovering('read', read, { until: performance.now() + READ_RECOVERY_MS, ...(onRetry ? { onRetry: (_kind, cause) => onRetry(cause) } : {}) })
 }
