@@ -12,6 +12,7 @@ import { buildApp, serve } from './server'
 import { installLastResort } from './last-resort'
 import { startRetentionPurge } from './maintenance/retention-purge'
 import { openPools } from './store/db'
+import { knownVersions } from './store/migrate'
 import { DatabaseHealth } from './store/health'
 import type { Logger } from './log'
 import { watchDurability } from './store/durability'
@@ -78,7 +79,7 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   await writeServerSettings(pools.short, config)
   // One heartbeat row for this process: how force-expire tells a live owner from a dead one.
   // It lists the leases this process works on (per-request liveness, core/processes.ts).
-  const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds() })
+  const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds(), schemaKnown: knownVersions() })
   const scrapes = new Scrapes()
   const deps = { config, pools, metrics, gauges, inFlight, health, scrapes, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
   const app = buildApp(deps)

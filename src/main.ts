@@ -88,8 +88,13 @@ async function main(): Promise<number> {
       if (stopped()) return 0
     } else if (!isWorker) {
       const { describeVersions, migrateService } = await import('./store/migrate')
-      const { applied, versions, adopted } = await migrateService(databaseUrl)
+      const { applied, versions, adopted, pending, ahead } = await migrateService(databaseUrl)
       log.info(`schema at migrations ${describeVersions(versions)}${applied ? ` (${applied} applied)` : ''}${adopted ? ' (the single-line layout of earlier releases recorded in the new lines)' : ''}`, { migrations: versions, applied })
+      if (ahead) log.info(`the database's schema is ahead of this release (${describeVersions(ahead)}) by online steps only: serving on it`, { ahead })
+      for (const step of pending ?? []) {
+        log.info(`contract step ${step.line} ${step.version} (${step.name}) waits: ${step.waitingFor} live process(es) of an older release still serve; ` +
+          'it runs at the next start or `npm run migrate` once they are gone (docs/operators.md, Upgrading)', { pending: step })
+      }
       if (stopped()) return 0
     }
     // Never in a worker: its supervisor passes the URL of the one simulator.

@@ -1,3 +1,4 @@
+-- @online
 -- Statistics that never describe the key tables as tiny.
 --
 -- The engine's statements are prepared, and PostgreSQL keeps a generic plan

@@ -1,3 +1,4 @@
+-- @online
 -- A session is bound to the credential that opened it: a tag of the
 -- operator's token (src/admin/operators.ts bindingOf), so removing an
 -- operator from ADMIN_TOKENS or rotating their token ends their sessions at

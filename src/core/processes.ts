@@ -36,6 +36,13 @@ export interface HeartbeatOptions {
   readonly log?: (line: string) => void
   /** The leases this process works on right now, listed with every beat. @default none */
   readonly leases?: () => readonly string[]
+  /**
+   * Every migration line's version this process's code knows ({"engine": 7,
+   * "service": 5}): a contract step of the schema waits until no live process
+   * is left that does not know what it requires (store/migrate.ts). A process
+   * that does not say counts as knowing none. @default unsaid
+   */
+  readonly schemaKnown?: Readonly<Record<string, number>>
 }
 
 /**
@@ -50,7 +57,8 @@ export interface HeartbeatOptions {
 export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): Promise<ProcessHeartbeat> {
   const id = crypto.randomUUID()
   await sql`
-    insert into idempotency_processes (id, pid, hostname) values (${id}, ${process.pid}, ${hostname().slice(0, 255) || 'unknown'})`
+    insert into idempotency_processes (id, pid, hostname, schema_known)
+    values (${id}, ${process.pid}, ${hostname().slice(0, 255) || 'unknown'}, ${options.schemaKnown ? JSON.stringify(options.schemaKnown) : null}::jsonb)`
   // Rows of processes gone for a day are of no use to anyone.
   await sql`delete from idempotency_processes where heartbeat_at < now() - interval '1 day'`.catch(() => undefined)
   let failing = false

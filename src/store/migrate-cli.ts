@@ -56,9 +56,13 @@ async function main(): Promise<number> {
   }
   const embedded = config.databaseUrl ? undefined : await startEmbedded({ log: out })
   try {
-    const { applied, versions, adopted } = await migrateService(config.databaseUrl || embedded!.url)
+    const { applied, versions, adopted, pending, ahead } = await migrateService(config.databaseUrl || embedded!.url)
     if (adopted) out('the single-line layout of earlier releases (table migrations) was recorded in idempotency_migrations and service_migrations')
     out(`schema at migrations ${describeVersions(versions)} (${applied} applied)`)
+    if (ahead) out(`the database is ahead of this release (${describeVersions(ahead)}) by online steps only: nothing to do`)
+    // The contract step of an upgrade: run this again once every instance of the older release is stopped (docs/operators.md, Upgrading).
+    for (const step of pending ?? [])
+      out(`contract step ${step.line} ${step.version} (${step.name}) not applied: ${step.waitingFor} live process(es) run a release that does not know ${describeVersions(step.requires)}; run again once they are stopped`)
     return 0
   } catch (error) {
     err(`migration failed: ${error instanceof Error ? error.message : error}`)

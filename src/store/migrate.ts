@@ -2,6 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import { requireUtf8 } from './encoding'
+import { PROCESS_ALIVE_SECONDS } from '../core/processes'
 
 /** sql/: one folder per migration line (sql/README.md). */
 export const SQL_DIR = join(import.meta.dir, '..', '..', 'sql')
@@ -34,15 +35,46 @@ interface Migration {
   readonly version: number
   readonly name: string
   readonly file: string
+  /**
+   * `-- @online`: the release before it keeps working on it (an expand step:
+   * a nullable column, a new table, a storage parameter). A release that
+   * does not know it yet still starts and serves on a database that has it.
+   */
+  readonly online: boolean
+  /**
+   * `-- @contract requires <line> <version>, ...`: a contract step, applied
+   * only once every live process of the database runs code that knows those
+   * migrations (its heartbeat says so); until then it, and the rest of its
+   * line, wait for a later run.
+   */
+  readonly requires?: Readonly<Record<string, number>>
 }
 
 const FILE = /^(\d{5})_([a-z0-9_]+)\.sql$/
+const ONLINE = /^--\s*@online\b/m
+const CONTRACT = /^--\s*@contract\s+requires\s+(.+)$/m
+
+/** The directives of a migration's text (see Migration). */
+function directivesOf(text: string, file: string): Pick<Migration, 'online' | 'requires'> {
+  const contract = CONTRACT.exec(text)
+  if (!contract) return { online: ONLINE.test(text) }
+  const requires: Record<string, number> = {}
+  for (const part of contract[1]!.split(',')) {
+    const match = /^\s*([a-z]+)\s+(\d+)\s*$/.exec(part)
+    if (!match) throw new Error(`${file}: "@contract requires" takes "<line> <version>, ...", got ${JSON.stringify(contract[1])}`)
+    requires[match[1]!] = Number(match[2])
+  }
+  if (ONLINE.test(text)) throw new Error(`${file}: a contract step is not @online`)
+  return { online: false, requires }
+}
 
 /** A line's files in order; a gap or a duplicate number is refused (a half-merged branch, a typo). */
 export function migrationsOf(line: MigrationLine): Migration[] {
   const migrations = readdirSync(line.dir).flatMap((file) => {
     const match = FILE.exec(file)
-    return match ? [{ version: Number(match[1]), name: match[2]!, file: join(line.dir, file) }] : []
+    if (!match) return []
+    const path = join(line.dir, file)
+    return [{ version: Number(match[1]), name: match[2]!, file: path, ...directivesOf(readFileSync(path, 'utf8'), path) }]
   }).sort((a, b) => a.version - b.version)
   migrations.forEach((migration, index) => {
     if (migration.version !== index + 1) throw new Error(`${line.dir}: migration ${index + 1} is missing or numbered twice (found ${migration.version}); number them 00001, 00002, ... without gaps`)
@@ -80,7 +112,39 @@ export interface MigrationResult {
   readonly versions: Readonly<Record<string, number>>
   /** The old single-line layout was found and recorded in the new lines by this run. */
   readonly adopted: boolean
+  /** Contract steps left for a later run: live processes of an older release still serve. */
+  readonly pending?: readonly PendingContract[]
+  /** Lines whose database is ahead of this release by online steps only (a newer release migrated it): served as is. */
+  readonly ahead?: Readonly<Record<string, number>>
 }
+
+export interface PendingContract {
+  readonly line: string
+  readonly version: number
+  readonly name: string
+  /** What it requires every live process to know, by line. */
+  readonly requires: Readonly<Record<string, number>>
+  /** Live processes whose code does not know what the step requires. */
+  readonly waitingFor: number
+}
+
+/**
+ * Every line's version this release knows, by line name: what each process
+ * writes into its heartbeat row (idempotency_processes.schema_known), so a
+ * contract step knows when no process of an older release is left.
+ */
+export function knownVersions(lines: readonly MigrationLine[] = SERVICE_LINES): Record<string, number> {
+  return Object.fromEntries(lines.map((line) => [line.name, migrationsOf(line).length]))
+}
+
+/**
+ * A lock the migration waits for no longer than this: an online step takes
+ * its lock for milliseconds, but waiting for one puts every query of the
+ * serving release on that table in the queue behind it. Past it the run is
+ * rolled back and tried again (LOCK_ATTEMPTS), the service serving between.
+ */
+const MIGRATION_LOCK_TIMEOUT_MS = 2_000
+const LOCK_ATTEMPTS = 5
 
 /**
  * Applies the pending migrations of `lines` (default: the engine's only)
@@ -96,33 +160,84 @@ export interface MigrationResult {
 export async function migrate(url: string, options: { lines?: readonly MigrationLine[] } = {}): Promise<MigrationResult> {
   const lines = options.lines ?? [ENGINE_MIGRATIONS]
   const known = new Map(lines.map((line) => [line, migrationsOf(line)]))
-  const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10 })
+  const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10, connection: { lock_timeout: MIGRATION_LOCK_TIMEOUT_MS } as never })
   try {
     await requireUtf8(sql)
     await sql`select pg_advisory_lock(${MIGRATION_LOCK_ID})`
-    return await sql.begin(async (tx) => {
-      const adopted = await adoptLegacy(tx)
-      let applied = 0
-      const versions: Record<string, number> = {}
-      for (const line of lines) {
-        await ensureTable(tx, line)
-        const migrations = known.get(line)!
-        const current = await versionOf(tx, line)
-        if (current > migrations.length)
-          throw new Error(`the database's ${line.name} schema is at migration ${current}, newer than this release knows (${migrations.length}); upgrade the service`)
-        for (const migration of migrations.slice(current)) {
-          await tx.unsafe(readFileSync(migration.file, 'utf8'))
-          await tx`insert into ${tx(line.table)} (version, name) values (${migration.version}, ${migration.name})`
-          applied++
-        }
-        versions[line.name] = migrations.length
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await sql.begin((tx) => applyPending(tx, lines, known))
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== '55P03' || attempt >= LOCK_ATTEMPTS) throw error
+        await Bun.sleep(250 * attempt)
       }
-      return { applied, versions, adopted }
-    })
+    }
   } finally {
     await sql`select pg_advisory_unlock(${MIGRATION_LOCK_ID})`.catch(() => undefined)
     await sql.end({ timeout: 5 })
   }
+}
+
+async function applyPending(tx: Sql, lines: readonly MigrationLine[], known: ReadonlyMap<MigrationLine, Migration[]>): Promise<MigrationResult> {
+  const adopted = await adoptLegacy(tx)
+  let applied = 0
+  const versions: Record<string, number> = {}
+  const pending: PendingContract[] = []
+  const ahead: Record<string, number> = {}
+  for (const line of lines) {
+    await ensureTable(tx, line)
+    const migrations = known.get(line)!
+    const current = await versionOf(tx, line)
+    versions[line.name] = current
+    if (current > migrations.length) {
+      await requireOnlineAhead(tx, line, migrations.length, current)
+      ahead[line.name] = current
+      continue
+    }
+    for (const migration of migrations.slice(current)) {
+      if (migration.requires) {
+        const waitingFor = await processesNotKnowing(tx, migration.requires)
+        if (waitingFor > 0) {
+          pending.push({ line: line.name, version: migration.version, name: migration.name, requires: migration.requires, waitingFor })
+          break
+        }
+      }
+      await tx.unsafe(readFileSync(migration.file, 'utf8'))
+      await tx`insert into ${tx(line.table)} (version, name, online) values (${migration.version}, ${migration.name}, ${migration.online})`
+      versions[line.name] = migration.version
+      applied++
+    }
+  }
+  return { applied, versions, adopted, ...(pending.length ? { pending } : {}), ...(Object.keys(ahead).length ? { ahead } : {}) }
+}
+
+/**
+ * A database a newer release migrated is served as is when every step
+ * beyond this release's files was recorded online (the newer release says
+ * this one keeps working on it); any other is refused.
+ */
+async function requireOnlineAhead(sql: Sql, line: MigrationLine, known: number, current: number): Promise<void> {
+  const [row] = await sql<{ offline: number }[]>`
+    select count(*)::int as offline from ${sql(line.table)} where version > ${known} and not online`
+  if (row!.offline > 0)
+    throw new Error(`the database's ${line.name} schema is at migration ${current}, newer than this release knows (${known}), with changes this release cannot run on; upgrade the service`)
+}
+
+/**
+ * Live processes (a fresh heartbeat) whose code does not know every version
+ * `requires` names: a process that did not say what it knows (a release
+ * before the heartbeat said so) counts as knowing none; one that knows
+ * nothing of a line (a plugin app, for the service's line) does not use it.
+ */
+async function processesNotKnowing(sql: Sql, requires: Readonly<Record<string, number>>): Promise<number> {
+  if (!await exists(sql, 'idempotency_processes')) return 0
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from idempotency_processes p
+     where p.heartbeat_at > now() - make_interval(secs => ${PROCESS_ALIVE_SECONDS})
+       and (p.schema_known is null
+            or exists (select 1 from jsonb_each_text(${sql.json(requires as Record<string, number>)}::jsonb) r(line, version)
+                        where p.schema_known ? r.line and (p.schema_known->>r.line)::int < r.version::int))`
+  return row!.n
 }
 
 /** The payments service's schema: the engine's line, then the service's. */
@@ -139,6 +254,8 @@ async function ensureTable(sql: Sql, line: MigrationLine): Promise<void> {
       name       text        not null,
       applied_at timestamptz not null default now()
     )`
+  // Whether the release before each step keeps working on it (Migration.online); rows of earlier runners were not.
+  await sql`alter table ${sql(line.table)} add column if not exists online boolean not null default false`
 }
 
 const exists = async (sql: Sql, table: string): Promise<boolean> =>
@@ -200,10 +317,10 @@ export async function checkSchema(url: string, options: { prepare?: boolean; lin
     for (const line of lines) {
       const known = migrationsOf(line).length
       const version = await versionOf(sql, line)
-      if (version < known)
+      // A contract step still waiting for an older release to leave is no step this release needs.
+      if (version < known && !migrationsOf(line).slice(version).every((migration) => migration.requires))
         throw new Error(`the database's ${line.name} schema is at migration ${version}, this release needs ${known}: run \`npm run migrate\` with DATABASE_URL pointing at PostgreSQL directly (not through PgBouncer)`)
-      if (version > known)
-        throw new Error(`the database's ${line.name} schema is at migration ${version}, newer than this release knows (${known}); upgrade the service`)
+      if (version > known) await requireOnlineAhead(sql, line, known, version)
       versions[line.name] = version
     }
     return versions

@@ -143,7 +143,8 @@ async function seedLegacy(sql: postgres.Sql, version: number) {
     await sql`insert into idempotency_audit (actor, action, tenant, key, outcome, detail) values ('cli:alice', 'force_expire', 'acme', 'k-old', 'expired', ${sql.json({ lease: '7' })})`
   if (version >= 4) {
     await sql`update idempotency_keys set status = 'released', released_at = now(), owner = null where key = 'k-processing'`
-    await sql`insert into idempotency_processes (id, pid, hostname) values (${crypto.randomUUID()}, 4242, 'old-host')`
+    // A process of that release long gone (a live one would hold back the contract steps: see below).
+    await sql`insert into idempotency_processes (id, pid, hostname, heartbeat_at) values (${crypto.randomUUID()}, 4242, 'old-host', now() - interval '1 hour')`
     await sql`insert into idempotency_settings (ttl_seconds, retention_seconds) values (30, 86400)`
   }
 }
@@ -212,4 +213,60 @@ test('a plugin user\'s database from the old layout: the engine\'s migrate() ado
   const results = await Promise.all([migrateService(again.url), migrateService(again.url), migrate(again.url)])
   expect(results.filter((r) => r.adopted)).toHaveLength(1)
   expect(await recorded(again.sql, ENGINE_MIGRATIONS)).toHaveLength(migrationsOf(ENGINE_MIGRATIONS).length)
+})
+
+/** Writes a migration line of `files` (name → SQL) into a temporary folder, for the runner's directives. */
+function lineOf(name: string, files: Record<string, string>): { line: MigrationLine; dir: string } {
+  const dir = mkdtempSync(join(tmpdir(), `idem-line-${name}-`))
+  for (const [file, text] of Object.entries(files)) writeFileSync(join(dir, file), text)
+  return { line: { name, table: `${name}_migrations`, dir }, dir }
+}
+
+// Catches: a contract step run while a process of the release before it serves (it would break that process),
+// or one that never runs once they are gone.
+test('a contract step waits while a live process does not know what it requires, and runs once none is left', async () => {
+  const { url, sql } = await emptyDatabase('contract')
+  await migrate(url) // the engine's line: the processes table and its schema_known
+  const { line, dir } = lineOf('shop', {
+    '00001_orders.sql': 'create table shop_orders (id int primary key, note text);',
+    '00002_order_notes_required.sql': '-- @contract requires shop 1\nupdate shop_orders set note = \'\' where note is null;\nalter table shop_orders alter column note set not null;',
+    '00003_after.sql': 'create table shop_after (id int);',
+  })
+  try {
+    const old = crypto.randomUUID()
+    await sql`insert into idempotency_processes (id, pid, hostname) values (${old}, 1, 'old-release')` // live, says nothing
+    const aware = crypto.randomUUID()
+    await sql`insert into idempotency_processes (id, pid, hostname, schema_known) values (${aware}, 2, 'new-release', ${sql.json({ shop: 2 })})`
+    const first = await migrate(url, { lines: [line] })
+    expect(first).toMatchObject({ applied: 1, versions: { shop: 1 }, pending: [{ line: 'shop', version: 2, name: 'order_notes_required', waitingFor: 1, requires: { shop: 1 } }] })
+    expect((await sql`select to_regclass('shop_after') as t`)[0]!.t).toBeNull() // the rest of the line waits behind it
+    // A process that knows too little counts too; one that knows nothing of the line does not use it.
+    await sql`update idempotency_processes set schema_known = ${sql.json({ shop: 0 })} where id = ${old}`
+    expect((await migrate(url, { lines: [line] })).pending?.[0]?.waitingFor).toBe(1)
+    await sql`update idempotency_processes set schema_known = ${sql.json({ engine: 7 })} where id = ${old}`
+    expect(await migrate(url, { lines: [line] })).toEqual({ applied: 2, versions: { shop: 3 }, adopted: false })
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+})
+
+// Catches: a release that refuses to start beside the next one (it migrated online steps this one does not know),
+// or one that starts on steps it cannot run on.
+test('a database ahead of this release by online steps is served as is; by any other step it is refused', async () => {
+  const { url } = await emptyDatabase('ahead')
+  const next = lineOf('shop', {
+    '00001_orders.sql': 'create table shop_orders (id int primary key);',
+    '00002_order_notes.sql': '-- @online\nalter table shop_orders add column note text;',
+  })
+  const current = lineOf('shop', { '00001_orders.sql': 'create table shop_orders (id int primary key);' })
+  try {
+    await migrate(url, { lines: [next.line] })
+    expect(await migrate(url, { lines: [current.line] })).toEqual({ applied: 0, versions: { shop: 2 }, adopted: false, ahead: { shop: 2 } })
+    writeFileSync(join(next.dir, '00003_orders_renamed.sql'), 'alter table shop_orders rename to shop_orders_v2;')
+    await migrate(url, { lines: [next.line] })
+    await expect(migrate(url, { lines: [current.line] })).rejects.toThrow(/newer than this release knows \(1\), with changes this release cannot run on/)
+  } finally {
+    rmSync(next.dir, { recursive: true, force: true })
+    rmSync(current.dir, { recursive: true, force: true })
+  }
 })

@@ -1,0 +1,11 @@
+-- @online
+-- What each live process's code knows of the schema, as {"engine": 7,
+-- "service": 5}: written with its heartbeat row (src/core/processes.ts), read
+-- by the migration runner, which applies a contract step (one that an older
+-- release would break on) only once no live process is left whose code does
+-- not know what the step requires (src/store/migrate.ts). Null for the
+-- processes of earlier releases, which count as knowing nothing newer.
+--
+-- Online: a nullable column without a default is a catalog change only; the
+-- release before inserts its rows without it.
+alter table idempotency_processes add column schema_known jsonb;
