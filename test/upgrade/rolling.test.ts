@@ -1,0 +1,187 @@
+/**
+ * A rolling upgrade from the last release under load (SPEC invariant 14,
+ * docs/operators.md "Upgrading"): two instances of 0.2.0 (commit 712f2cc,
+ * taken out of this clone's own history with `git archive`) serve a retrying
+ * load on one database; this release's `npm run migrate` runs while they do
+ * (its expand steps apply, its contract step waits for them); they are
+ * replaced one at a time (taken out of the balancer, SIGTERM, drain, this
+ * release started in their place); then the contract step runs.
+ *
+ * Every key is sent to two instances at once and retried, like a careful
+ * client behind a balancer, to any instance in rotation until it has a 2xx.
+ * Counted where it lands: exactly one payment and one charge per key, no
+ * key left in processing, no 5xx but the drains' own `503 shutting-down`.
+ */
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync, symlinkSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import postgres from 'postgres'
+import { chargedOnce, paymentsByKey } from '../chaos/clients'
+import { payment, type PaymentBody } from '../support/http'
+import { spawnProvider, type ProviderProcess } from '../support/provider-process'
+import { spawnService, type SpawnedService } from '../support/process'
+import { ADMIN_TOKEN, API_KEYS } from '../support/server'
+import { signIn } from '../admin/support'
+
+/** Release 0.2.0: what users run today. */
+const PREVIOUS_RELEASE = '712f2cc'
+const ROOT = join(import.meta.dir, '..', '..')
+
+const git = (...args: string[]) => Bun.spawnSync(['git', '-C', ROOT, ...args], { stdout: 'pipe', stderr: 'pipe' })
+const history = git('cat-file', '-e', `${PREVIOUS_RELEASE}^{commit}`).exitCode === 0
+
+let temp: string
+let previousDir: string
+let dbName: string
+let dbUrl: string
+let sql: postgres.Sql
+let provider: ProviderProcess
+const started: SpawnedService[] = []
+
+beforeAll(async () => {
+  if (!history) return
+  temp = mkdtempSync(join(tmpdir(), 'idem-upgrade-'))
+  previousDir = join(temp, 'release-0.2.0')
+  const archive = Bun.spawnSync(['bash', '-c', `mkdir -p "${previousDir}" && git -C "${ROOT}" archive ${PREVIOUS_RELEASE} | tar -x -C "${previousDir}"`], { stderr: 'pipe' })
+  if (archive.exitCode !== 0) throw new Error(`git archive ${PREVIOUS_RELEASE} failed: ${archive.stderr.toString()}`)
+  // The same dependencies, at the same versions (package.json: only p-retry moved to "dependencies").
+  symlinkSync(join(ROOT, 'node_modules'), join(previousDir, 'node_modules'))
+  dbName = `idem_upgrade_${crypto.randomUUID().slice(0, 8)}`
+  const admin = postgres(process.env.DATABASE_URL!, { max: 1, onnotice: () => undefined })
+  await admin.unsafe(`create database "${dbName}"`)
+  await admin.end()
+  dbUrl = Object.assign(new URL(process.env.DATABASE_URL!), { pathname: `/${dbName}` }).toString()
+  sql = postgres(dbUrl, { max: 2, onnotice: () => undefined })
+  provider = await spawnProvider({ delayMs: 50 })
+}, 60_000)
+
+afterAll(async () => {
+  for (const s of started) if (s.proc.exitCode === null) s.proc.kill('SIGKILL')
+  await provider?.stop()
+  await sql?.end({ timeout: 1 })
+  if (dbName) {
+    const admin = postgres(process.env.DATABASE_URL!, { max: 1, onnotice: () => undefined })
+    await admin.unsafe(`drop database if exists "${dbName}" with (force)`)
+    await admin.end()
+  }
+  if (temp) rmSync(temp, { recursive: true, force: true })
+})
+
+const env = () => ({ DATABASE_URL: dbUrl, PAYMENT_PROVIDER_URL: provider.url, API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test' })
+
+async function start(release: 'previous' | 'this'): Promise<SpawnedService> {
+  const service = await spawnService({ env: env(), ...(release === 'previous' ? { cwd: previousDir } : {}), timeoutMs: 30_000 })
+  started.push(service)
+  return service
+}
+
+/** `npm run migrate` of one release, as an operator runs it. */
+async function migrateWith(release: 'previous' | 'this'): Promise<string> {
+  const proc = Bun.spawn([process.execPath, 'src/store/migrate-cli.ts'], { cwd: release === 'previous' ? previousDir : ROOT, env: { ...process.env, ...env() }, stdout: 'pipe', stderr: 'pipe' })
+  const [out, errOut, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
+  if (code !== 0) throw new Error(`npm run migrate (${release}) exited ${code}:\n${out}${errOut}`)
+  return out
+}
+
+interface Sent {
+  readonly status: number | 'network-error'
+  readonly code?: string
+  readonly paymentId?: string
+}
+
+async function post(url: string, key: string, body: PaymentBody): Promise<Sent> {
+  try {
+    const response = await fetch(`${url}/api/payments`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer acme-key', 'idempotency-key': key },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(15_000),
+    })
+    const answer = await response.json() as { id?: string; code?: string }
+    return { status: response.status, ...(answer.code ? { code: answer.code } : {}), ...(response.ok && answer.id ? { paymentId: answer.id } : {}) }
+  } catch {
+    return { status: 'network-error' }
+  }
+}
+
+test.skipIf(!history)('0.2.0 → this release, one instance at a time under a retrying load: one payment and one charge per key, no 5xx but the drains\' 503s', async () => {
+  expect(await migrateWith('previous')).toContain('schema at migrations')
+  const a = await start('previous')
+  const b = await start('previous')
+  // The balancer's rotation: an instance leaves it before it is stopped, and joins once it listens.
+  let rotation = [a.url, b.url]
+  const pick = () => rotation[Math.floor(Math.random() * rotation.length)]!
+
+  const bodies = new Map<string, PaymentBody>()
+  const answers: Sent[] = []
+  let loading = true
+  const client = async (n: number) => {
+    for (let i = 0; loading; i++) {
+      const key = `upgrade-${n}-${i}-${crypto.randomUUID().slice(0, 8)}`
+      const body = payment({ customer: `cus_${key}` })
+      bodies.set(key, body)
+      // Sent to two instances at once, then retried to any until a 2xx.
+      const first = await Promise.all([post(pick(), key, body), post(pick(), key, body)])
+      answers.push(...first)
+      let done = first.some((s) => typeof s.status === 'number' && s.status < 300)
+      for (let attempt = 0; !done && attempt < 200; attempt++) {
+        await Bun.sleep(20 + Math.random() * 40)
+        const again = await post(pick(), key, body)
+        answers.push(again)
+        done = typeof again.status === 'number' && again.status < 300
+      }
+      if (!done) throw new Error(`key ${key}: no 2xx after 200 retries`)
+    }
+  }
+  const clients = Array.from({ length: 12 }, (_, n) => client(n))
+  await Bun.sleep(2_000)
+
+  // Expand, while 0.2.0 serves: its online steps apply; the contract step waits for the 0.2.0 processes.
+  const expanded = await migrateWith('this')
+  expect(expanded).toMatch(/contract step service 5 \(session_credentials_required\) not applied: 2 live process\(es\)/)
+  // 0.2.0 keeps writing what the contract step would forbid (a session without its credential): it still can.
+  const signedIn = await signIn(a.url)
+  expect((await fetch(`${a.url}/admin`, { headers: { cookie: signedIn.cookie } })).status).toBe(200)
+  await Bun.sleep(2_000)
+
+  // Deploy: replace each 0.2.0 instance by this release, one at a time.
+  const replaced: SpawnedService[] = []
+  for (const old of [a, b]) {
+    rotation = rotation.filter((url) => url !== old.url)
+    old.proc.kill('SIGTERM')
+    expect(await old.proc.exited).toBe(0)
+    const next = await start('this')
+    replaced.push(next)
+    rotation = [...rotation, next.url]
+    await Bun.sleep(2_000)
+  }
+  loading = false
+  await Promise.all(clients)
+
+  // Contract, once no 0.2.0 process is left.
+  const contracted = await migrateWith('this')
+  expect(contracted).not.toContain('not applied')
+  const [recorded] = await sql<{ version: number }[]>`select max(version)::int as version from service_migrations`
+  expect(recorded!.version).toBe(5)
+  // This release serves on after it.
+  const after = `after-contract-${crypto.randomUUID()}`
+  bodies.set(after, payment({ customer: `cus_${after}` }))
+  const last = await post(replaced[0]!.url, after, bodies.get(after)!)
+  expect(last.status).toBe(201)
+
+  const tally: Record<string, number> = {}
+  for (const s of answers) tally[`${s.status}${s.code ? ` ${s.code}` : ''}`] = (tally[`${s.status}${s.code ? ` ${s.code}` : ''}`] ?? 0) + 1
+  console.log(`[upgrade] ${bodies.size} keys, ${answers.length} answers ${JSON.stringify(tally)}`)
+  const unexpected = answers.filter((s) => s.status === 'network-error' || (s.status >= 500 && s.code !== 'shutting-down'))
+  expect(unexpected).toEqual([])
+
+  const payments = await paymentsByKey(sql)
+  const problems = [...bodies.keys()].filter((key) => payments.get(key)?.length !== 1).map((key) => `${key}: ${payments.get(key)?.length ?? 0} payments`)
+  expect(problems).toEqual([])
+  expect(await chargedOnce(sql, provider, new Map([...bodies].map(([key, body]) => [key, body.customer])))).toEqual([])
+  const [left] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`
+  expect(left!.n).toBe(0)
+  for (const s of replaced) s.proc.kill('SIGTERM')
+  expect(await Promise.all(replaced.map((s) => s.proc.exited))).toEqual([0, 0])
+}, 120_000)
