@@ -120,7 +120,7 @@ export const claimBatchSql = `/* idempotent-post: claim */
            i.at, i.at, ${cutoffText('deadline', 'i.at', 'i.ttl')}
       from input i join seen s on s.n = i.n
      where s.lease is null
-     order by i.tenant, i.key
+     order by i.tenant, i.key, i.n
     on conflict (tenant, key) do nothing
     returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.fingerprint, k.locked_at, k.stale_at
   ),

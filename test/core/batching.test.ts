@@ -77,6 +77,29 @@ describe('claims', () => {
     expect(sameAsWinner.filter((kind) => kind === 'in_progress')).toHaveLength(sameAsWinner.length - 1)
     expect((created < 20 ? kinds.slice(20) : kinds.slice(0, 20)).every((kind) => kind === 'mismatch')).toBe(true)
   })
+
+  // Catches: a winner left to the sort (the INSERT orders by key only): two requests of one key with other
+  // bodies, in one batch, are decided in the order they reached the process, as they would be one by one.
+  test('two requests of one key with other bodies: the first to arrive wins, the other is a mismatch, in either order', async () => {
+    for (let round = 0; round < 20; round++) {
+      const first = identity({ body: { amount: round } })
+      const second = { ...first, fingerprint: identity({ body: { amount: 1_000 + round } }).fingerprint }
+      const [a, b] = round % 2 === 0 ? [first, second] : [second, first]
+      const results = await Promise.all([claim(db.pools.short, a, timing), claim(db.pools.short, b, timing)])
+      expect(results.map((result) => result.kind)).toEqual(['created', 'mismatch'])
+    }
+    // Within one statement too: twelve bodies of one key queued behind a statement in flight share the next one.
+    for (let round = 0; round < 10; round++) {
+      const key = identity()
+      const bodies = Array.from({ length: 12 }, (_, i) => ({ ...key, fingerprint: identity({ body: { amount: i + 1 } }).fingerprint }))
+      const before = claimStats(db.pools.short)
+      const busy = claim(db.pools.short, identity(), timing)
+      const results = await Promise.all(bodies.map((body) => claim(db.pools.short, body, timing)))
+      await busy
+      expect(claimStats(db.pools.short).statements - before.statements).toBeLessThanOrEqual(2)
+      expect(results.map((result) => result.kind)).toEqual(['created', ...Array(11).fill('mismatch')])
+    }
+  })
 })
 
 describe('claims', () => {
