@@ -1,7 +1,7 @@
 import { release } from './core/release'
 import { ShuttingDownError } from './core/deadline'
 import { startHeartbeat } from './core/processes'
-import { writeServerSettings } from './core/settings'
+import { readServerSettings, writeServerSettings, type ServerSettings } from './core/settings'
 import { InFlight } from './http/in-flight'
 import { createMetrics } from './metrics/registry'
 import { ClusterMetrics } from './metrics/cluster'
@@ -58,6 +58,27 @@ function listen<T>(variable: 'PORT' | 'METRICS_PORT', host: string, port: number
 }
 
 /**
+ * A TTL or retention other than the one the last instance started with: a
+ * configuration change rolling through the instances. While both run, a key
+ * is protected for the shorter retention (the instance with it answers a
+ * retry past it as a new request, and its purge deletes the row), and an
+ * instance with the longer one may still replay what the other treats as
+ * gone; a shorter TTL reclaims sooner. Said once, at start, so the operator
+ * finishes the roll (docs/operators.md, "Changing the TTL or the retention").
+ */
+function warnOnChangedSettings(log: Logger, previous: ServerSettings | undefined, config: Config): void {
+  if (!previous) return
+  const changes = [
+    ...(previous.retentionSeconds !== config.retentionSeconds ? [`IDEMPOTENCY_RETENTION_SECONDS ${previous.retentionSeconds} -> ${config.retentionSeconds}`] : []),
+    ...(previous.ttlSeconds !== config.ttlSeconds ? [`IDEMPOTENCY_TTL_SECONDS ${previous.ttlSeconds} -> ${config.ttlSeconds}`] : []),
+  ]
+  if (changes.length === 0) return
+  log.warn(`settings differ from those the last instance started with (${previous.updatedAt.toISOString()}): ${changes.join(', ')}; ` +
+    'while instances run with both, a key is protected for the shorter retention, and may be reclaimed after the shorter TTL: roll the change through every instance (docs/operators.md)',
+  { previous_retention_seconds: previous.retentionSeconds, previous_ttl_seconds: previous.ttlSeconds })
+}
+
+/**
  * Serves until SIGTERM or SIGINT, then drains: stop accepting work, let
  * in-flight requests finish (or, past the deadline, roll them back and
  * release their keys), let Prometheus read the last counters, close the
@@ -76,7 +97,9 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   // Warns at start (and exports a gauge) when commits are acknowledged before any standby has them.
   const durability = watchDurability({ sql: pools.short, registry: metrics.registry, singleNode: config.databaseUrl === undefined })
   // Operator commands apply the server's TTL and retention, never their shell's (core/settings.ts).
+  const previous = await readServerSettings(pools.short)
   await writeServerSettings(pools.short, config)
+  warnOnChangedSettings(log, previous, config)
   // One heartbeat row for this process: how force-expire tells a live owner from a dead one.
   // It lists the leases this process works on (per-request liveness, core/processes.ts).
   const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds(), schemaKnown: knownVersions() })
