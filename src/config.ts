@@ -6,6 +6,7 @@
 import { isIP } from 'node:net'
 import { credential, DEFAULT_OPERATOR, OPERATOR_NAME, tokenDigest, type OperatorCredential } from './credentials'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS, MIN_TTL_SECONDS } from './core/policy'
+import { splitHosts } from './store/masked-url'
 
 /** Listen address; loopback unless the operator opens it up. */
 export const DEFAULT_HOST = '127.0.0.1'
@@ -311,7 +312,7 @@ export function loadDatabaseConfig(env: Env = process.env): DatabaseConfig {
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl))
     throw new ConfigError('DATABASE_URL', 'must be a postgres:// or postgresql:// URL')
   // Parsed here, so a URL the driver cannot read stops the start naming the variable (not "Invalid URL" from deep inside).
-  if (databaseUrl !== undefined && !URL.canParse(databaseUrl))
+  if (databaseUrl !== undefined && !URL.canParse(splitHosts(databaseUrl).single))
     throw new ConfigError('DATABASE_URL', 'is not a URL that parses (a password with @, / or : must be percent-encoded); not shown, it may hold a password')
   return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1, embeddedDir: env.EMBEDDED_PG_DIR?.trim() || DEFAULT_EMBEDDED_DIR }
 }

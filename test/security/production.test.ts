@@ -8,6 +8,7 @@ import { describe, expect, test } from 'bun:test'
 import { createHash } from 'node:crypto'
 import { ConfigError, loadConfig } from '../../src/config'
 import { maskedUrl } from '../../src/store/masked-url'
+import { loadDatabaseConfig } from '../../src/config'
 
 /** A secret production takes: long, and random-looking (its characters carry well over 96 bits), the same for a tag every run. */
 const LONG = (tag: string) => `${tag}-${createHash('sha256').update(tag).digest('base64url').slice(0, 40)}`
@@ -146,4 +147,14 @@ test('the banner masks a password found by URL parsing: with a user, without one
   expect(maskedUrl('postgres://app@db/x?password=hunter2&sslmode=require')).toBe('postgres://app@db/x?password=***&sslmode=require')
   expect(maskedUrl('postgres://db.internal/payments')).toBe('postgres://db.internal/payments')
   for (const url of ['postgres://:secret@h/d', 'postgres://u:secret@h/d', 'postgres://u@h/d?password=secret', 'postgres://u:secret@']) expect(maskedUrl(url)).not.toContain('secret')
+  // postgres.js's multi-host form (a Patroni cluster): the hosts kept, the password masked.
+  expect(maskedUrl('postgres://app:secret@10.0.0.1:5432,10.0.0.2:5433/pay?target_session_attrs=read-write'))
+    .toBe('postgres://app:***@10.0.0.1:5432,10.0.0.2:5433/pay?target_session_attrs=read-write')
+})
+
+// Catches: the URL check refusing what postgres.js takes (a multi-host URL exited 2 at start, the Patroni paths with it).
+test('a multi-host DATABASE_URL is a URL the service takes', () => {
+  expect(() => loadDatabaseConfig({ DATABASE_URL: 'postgres://postgres@127.0.0.1:5432,127.0.0.1:5433/test?target_session_attrs=read-write' })).not.toThrow()
+  expect(() => loadDatabaseConfig({ DATABASE_URL: 'postgres://u:p@ss@h/d' })).not.toThrow() // the last @ ends the user part, as for the driver
+  expect(() => loadDatabaseConfig({ DATABASE_URL: 'postgres://u:p/ss@h1,h2/d' })).toThrow(/DATABASE_URL/)
 })
