@@ -4,7 +4,8 @@
  * alert carries: its runbook section in docs/operators.md and the admin page.
  */
 import { DEFAULT_METRICS_CACHE_MS, DEFAULT_TTL_SECONDS } from '../src/config'
-import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, notReady, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown } from './queries'
+import { DATABASE_WAIT_MS } from '../src/store/health'
+import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown } from './queries'
 import { runbookUrl, type BuildSettings } from './settings'
 
 /**
@@ -171,7 +172,8 @@ export function alertAnnotations(alert: AlertDefinition, settings: BuildSettings
   const admin = `${settings.adminUrl}${alert.adminPath}`
   return {
     summary: alert.summary(dialect.value),
-    description: `${alert.description(dialect.value, dialect.ttl)}\nAdmin page: ${admin}\nRunbook: ${runbook}`,
+    // Which service and instance: one Alertmanager often serves several teams.
+    description: `${alert.description(dialect.value, dialect.ttl)}\nJob: {{ $labels.job }}{{ with $labels.instance }}, instance {{ . }}{{ end }}\nAdmin page: ${admin}\nRunbook: ${runbook}`,
     runbook_url: runbook,
     admin_url: admin,
   }
@@ -179,11 +181,20 @@ export function alertAnnotations(alert: AlertDefinition, settings: BuildSettings
 
 const TENANT = '{{ $labels.tenant }}'
 
-export const ALERTS: readonly AlertDefinition[] = [
+/**
+ * The alerts of the service scraped as `job`. Each reads that job only and
+ * keeps it as a label, with the instance wherever one instance is the cause
+ * (5xx, readiness, a failing gauge query, a target down); the database's
+ * facts (stale keys, duplicates, the 409 ratio of all instances) are one per
+ * job and tenant, whichever instance reports them.
+ */
+export function alertsFor(job: string): readonly AlertDefinition[] {
+  const ours = jobFilter(job)
+  return [
   {
     uid: 'idem-stale-processing-keys',
     name: 'IdempotencyStaleProcessingKeys',
-    expr: staleKeys(''),
+    expr: staleKeys(ours, ['job', 'tenant']),
     threshold: 0,
     for: `${STALE_KEYS_FOR_SECONDS}s`,
     severity: 'page',
@@ -197,7 +208,7 @@ export const ALERTS: readonly AlertDefinition[] = [
   {
     uid: 'idem-conflict-ratio',
     name: 'IdempotencyConflictRatioHigh',
-    expr: conflictRatio('', '5m'),
+    expr: conflictRatio(ours, '5m', ['job']),
     threshold: CONFLICT_RATIO_THRESHOLD,
     for: '10m',
     severity: 'ticket',
@@ -209,7 +220,7 @@ export const ALERTS: readonly AlertDefinition[] = [
   {
     uid: 'idem-duplicate-entities',
     name: 'IdempotencyDuplicateEntities',
-    expr: duplicateEntities(''),
+    expr: duplicateEntities(ours, ['job', 'tenant']),
     threshold: 0,
     // 1 m: the gauge is computed once per scrape cache interval; one minute
     // rides out a single odd scrape without delaying a real finding much.
@@ -223,7 +234,7 @@ export const ALERTS: readonly AlertDefinition[] = [
   {
     uid: 'idem-gauges-refresh-failed',
     name: 'IdempotencyGaugesRefreshFailing',
-    expr: 'max by (instance, query) (idempotency_gauges_refresh_failed)',
+    expr: gaugesRefreshFailed(ours, ['job', 'instance', 'query']),
     threshold: 0,
     // 10 m: a slow database for a scrape or two is not news; ten minutes of
     // stale gauges means the stale-key and duplicate alerts may be blind.
@@ -237,7 +248,7 @@ export const ALERTS: readonly AlertDefinition[] = [
   {
     uid: 'idem-target-down',
     name: 'IdempotencyTargetDown',
-    expr: targetsDown(SCRAPE_JOB),
+    expr: targetsDown(job),
     threshold: 0,
     // 2 m: eight failed scrapes at 15 s. A restart (a deploy, the WORKERS
     // supervisor replacing a worker) misses one or two; longer is an outage.
@@ -252,25 +263,29 @@ export const ALERTS: readonly AlertDefinition[] = [
   {
     uid: 'idem-server-errors',
     name: 'IdempotencyServerErrorsHigh',
-    expr: serverErrorRatio(SERVER_ERRORS_WINDOW),
+    expr: serverErrorRatio(SERVER_ERRORS_WINDOW, ours, ['job', 'instance']),
     threshold: SERVER_ERRORS_THRESHOLD,
     for: `${OUTAGE_FOR_SECONDS}s`,
     severity: 'page',
     panel: PANELS.serverErrors,
     adminPath: '/admin',
-    summary: (v) => `{{ ${v} | humanizePercentage }} of API answers are 5xx`,
-    description: (v) => `For ${OUTAGE_FOR_SECONDS} s, {{ ${v} | humanizePercentage }} of the answers on /api/... have been 5xx (threshold ${SERVER_ERRORS_THRESHOLD * 100}%, over ${SERVER_ERRORS_WINDOW}, at least ${SERVER_ERRORS_MIN} of them): payments are failing. 503 means the database is away (see IdempotencyNotReady), 502 the payment provider, 504 requests running into their deadline. The service's log has one line per failed request, with its request id.`,
+    summary: (v) => `{{ ${v} | humanizePercentage }} of API answers of {{ $labels.instance }} are 5xx`,
+    description: (v) => `For ${OUTAGE_FOR_SECONDS} s, {{ ${v} | humanizePercentage }} of the answers on /api/... of {{ $labels.instance }} (job {{ $labels.job }}) have been 5xx (threshold ${SERVER_ERRORS_THRESHOLD * 100}%, over ${SERVER_ERRORS_WINDOW}, at least ${SERVER_ERRORS_MIN} of them): payments are failing. 503 means the database is away (see IdempotencyNotReady), 502 the payment provider, 504 requests running into their deadline. The service's log has one line per failed request, with its request id.`,
   },
   {
     uid: 'idem-not-ready',
     name: 'IdempotencyNotReady',
-    expr: notReady(''),
+    expr: notReady(ours, ['job', 'instance']),
     threshold: 0,
     for: `${OUTAGE_FOR_SECONDS}s`,
     severity: 'page',
     panel: PANELS.ready,
     adminPath: '/admin',
     summary: () => '{{ $labels.instance }} cannot reach its database',
-    description: (v) => `For ${OUTAGE_FOR_SECONDS} s, {{ $labels.instance }} has not reached PostgreSQL (value {{ ${v} }}: idempotency_ready is 0, GET /readyz answers 503): every payment request there is answered 503 at once, and /metrics shows the database gauges' last values. The process itself is up (its target is scraped).`,
+    description: (v) => `For ${OUTAGE_FOR_SECONDS} s, {{ $labels.instance }} has not reached PostgreSQL (value {{ ${v} }}: idempotency_ready is 0, GET /readyz answers 503): every payment request there waits up to ${DATABASE_WAIT_MS / 1000} s for it, then is answered 503, and /metrics shows the database gauges' last values. The process itself is up (its target is scraped).`,
   },
 ]
+}
+
+/** The alerts of the default scrape job (SCRAPE_JOB): what the committed rule files hold. */
+export const ALERTS: readonly AlertDefinition[] = alertsFor(SCRAPE_JOB)

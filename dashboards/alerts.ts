@@ -2,8 +2,8 @@ import * as alerting from '@grafana/grafana-foundation-sdk/alerting'
 import type * as dashboard from '@grafana/grafana-foundation-sdk/dashboard'
 import * as expr from '@grafana/grafana-foundation-sdk/expr'
 import * as prometheus from '@grafana/grafana-foundation-sdk/prometheus'
-import { ALERTS, EVALUATION_INTERVAL_SECONDS, alertAnnotations, comparison, type AlertDefinition, type Dialect } from './alert-definitions'
-import { TTL } from './queries'
+import { EVALUATION_INTERVAL_SECONDS, alertAnnotations, alertsFor, comparison, type AlertDefinition, type Dialect } from './alert-definitions'
+import { SCRAPE_JOB, ttlOf } from './queries'
 import { buildDashboard, panelId } from './dashboard'
 import { DEFAULT_SETTINGS, type BuildSettings } from './settings'
 
@@ -26,10 +26,11 @@ const TTL_QUERY = 'T'
  * Prometheus templates may query: the TTL is read from the servers when the
  * alert fires (an empty answer, no server scraped, names the setting instead).
  */
-export const PROMETHEUS_DIALECT: Dialect = {
-  value: '$value',
-  ttl: `{{ with query "${TTL}" }}{{ . | first | value }} s{{ else }}IDEMPOTENCY_TTL_SECONDS{{ end }}`,
+export function prometheusDialect(job: string): Dialect {
+  // A raw string (backquotes) in the template: the job's double quotes need no escaping.
+  return { value: '$value', ttl: `{{ with query \`${ttlOf(job)}\` }}{{ . | first | value }} s{{ else }}IDEMPOTENCY_TTL_SECONDS{{ end }}` }
 }
+export const PROMETHEUS_DIALECT: Dialect = prometheusDialect(SCRAPE_JOB)
 /** Grafana templates cannot query: the rule carries the TTL as an instant query of its own (T). */
 export const GRAFANA_DIALECT: Dialect = { value: `$values.${REDUCED}.Value`, ttl: `{{ $values.${TTL_QUERY}.Value }} s` }
 
@@ -66,14 +67,14 @@ function grafanaRule(alert: AlertDefinition, settings: BuildSettings, board: das
   return rule.withQuery(new alerting.QueryBuilder(TTL_QUERY)
     .datasourceUid(PROMETHEUS_UID)
     .relativeTimeRange({ from: 600, to: 0 })
-    .model(new prometheus.DataqueryBuilder().refId(TTL_QUERY).expr(TTL).instant()))
+    .model(new prometheus.DataqueryBuilder().refId(TTL_QUERY).expr(ttlOf(settings.job)).instant()))
 }
 
 export function buildGrafanaRuleGroup(settings: BuildSettings = DEFAULT_SETTINGS, board: dashboard.Dashboard = buildDashboard()): alerting.RuleGroup {
   return new alerting.RuleGroupBuilder(RULE_GROUP)
     .folderUid(RULE_FOLDER)
     .interval(EVALUATION_INTERVAL_SECONDS)
-    .rules(ALERTS.map((alert) => grafanaRule(alert, settings, board)))
+    .rules(alertsFor(settings.job).map((alert) => grafanaRule(alert, settings, board)))
     .build()
 }
 
@@ -119,12 +120,12 @@ export function prometheusRules(settings: BuildSettings = DEFAULT_SETTINGS) {
       name: RULE_GROUP,
       // Overrides the global evaluation_interval (1 m by default): the stale-key detection time counts on 30 s.
       interval: `${EVALUATION_INTERVAL_SECONDS}s`,
-      rules: ALERTS.map((alert) => ({
+      rules: alertsFor(settings.job).map((alert) => ({
         alert: alert.name,
         expr: comparison(alert.expr, alert.threshold),
         for: alert.for,
         labels: { severity: alert.severity },
-        annotations: alertAnnotations(alert, settings, PROMETHEUS_DIALECT),
+        annotations: alertAnnotations(alert, settings, prometheusDialect(settings.job)),
       })),
     }],
   }

@@ -33,11 +33,20 @@ export function renderAll(settings: BuildSettings = DEFAULT_SETTINGS, folder?: s
   }
 }
 
-/** The command line: `--admin-url <url>` and an optional output folder. */
-export function parseBuildArgs(argv: string[], env: Record<string, string | undefined> = process.env): { settings: BuildSettings; folder: string | undefined } {
-  const { values, positionals } = parseArgs({ args: argv, options: { 'admin-url': { type: 'string' } }, allowPositionals: true, strict: true })
+export const USAGE = `Usage: npm run dashboards -- [--admin-url URL] [--job NAME] [folder]
+
+Writes the Grafana dashboard, the Grafana alert rules and the Prometheus rule
+file (into dashboards/, or into folder).
+
+  --admin-url URL  the service's external URL, for every link (env ADMIN_URL; default ${DEFAULT_SETTINGS.adminUrl})
+  --job NAME       the scrape job's \`job\` label: every alert reads it only (env SCRAPE_JOB; default ${DEFAULT_SETTINGS.job})
+  --help           this text`
+
+/** The command line: `--admin-url <url>`, `--job <name>`, `--help` and an optional output folder. */
+export function parseBuildArgs(argv: string[], env: Record<string, string | undefined> = process.env): { settings: BuildSettings; folder: string | undefined; help: boolean } {
+  const { values, positionals } = parseArgs({ args: argv, options: { 'admin-url': { type: 'string' }, job: { type: 'string' }, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true })
   if (positionals.length > 1) throw new SettingsError('the command line', `takes one output folder, got ${positionals.length}`)
-  return { settings: settingsFromEnv(env, { adminUrl: values['admin-url'] }), folder: positionals[0] }
+  return { settings: settingsFromEnv(env, { adminUrl: values['admin-url'], job: values.job }), folder: positionals[0], help: values.help ?? false }
 }
 
 if (import.meta.main) {
@@ -49,9 +58,13 @@ if (import.meta.main) {
     console.error(`npm run dashboards: ${error.message}`)
     process.exit(2)
   }
-  const { settings, folder } = parsed
+  const { settings, folder, help } = parsed
+  if (help) {
+    console.log(USAGE)
+    process.exit(0)
+  }
   if (folder) mkdirSync(folder, { recursive: true })
-  console.log(`links: admin page ${settings.adminUrl}/admin, runbooks ${settings.adminUrl}/admin/runbooks/<alert>`)
+  console.log(`links: admin page ${settings.adminUrl}/admin, runbooks ${settings.adminUrl}/admin/runbooks/<alert>; alerts on job ${settings.job}`)
   for (const [path, text] of Object.entries(renderAll(settings, folder))) {
     await Bun.write(path, text)
     console.log(`wrote ${path}`)

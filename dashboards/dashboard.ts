@@ -71,6 +71,8 @@ export function buildDashboard(settings: BuildSettings = DEFAULT_SETTINGS): dash
     .datasource(DATASOURCE).query('label_values(idempotency_gauges_refresh_failed, job)')
     .refresh(dashboard.VariableRefresh.OnTimeRangeChanged).sort(dashboard.VariableSort.AlphabeticalAsc)
     .multi(true).includeAll(true).allValue('.*')
+    // Opens on the service's own job (dashboards/settings.ts), as the alerts read it.
+    .current({ selected: true, text: [settings.job], value: [settings.job] })
   const instance = new dashboard.QueryVariableBuilder('instance').label('Instance')
     .datasource(DATASOURCE).query('label_values(idempotency_gauges_refresh_failed{job=~"$job"}, instance)')
     .refresh(dashboard.VariableRefresh.OnTimeRangeChanged).sort(dashboard.VariableSort.AlphabeticalAsc)

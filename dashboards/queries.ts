@@ -48,6 +48,10 @@ export const PANELS = {
 
 /** The TTL the servers run with (the same on every instance: max). Thresholds and alert texts read it. */
 export const TTL = 'max(idempotency_ttl_seconds)'
+/** The same, of one scrape job: what the alerts' texts read. */
+export function ttlOf(job: string): string {
+  return `max(idempotency_ttl_seconds{${jobFilter(job)}})`
+}
 
 /** The API routes (the payments API), whose 5xx share pages: not /metrics, /readyz or the admin. */
 const API = 'route=~"/api/.*"'
@@ -56,9 +60,19 @@ export const SERVER_ERRORS_WINDOW = '1m'
 /** Fewer 5xx than this in the window never page, whatever the share: one failed payment at night is no outage. */
 export const SERVER_ERRORS_MIN = 3
 
-/** `{filter}`, or nothing for the alerts, which read every job and instance. */
+/** `{filter}`, or nothing for a filter of none. */
 function matchers(filter: string): string {
   return filter ? `{${filter}}` : ''
+}
+
+/** The alerts' filter: this service's scrape job, exactly (another team's `http_requests_total` is not ours). */
+export function jobFilter(job: string): string {
+  return `job="${job}"`
+}
+
+/** `sum(`, or `sum by (a, b) (` when grouped: the dashboards aggregate everything, the alerts keep job (and instance). */
+function aggregate(op: 'sum' | 'max', by: readonly string[]): string {
+  return by.length ? `${op} by (${by.join(', ')}) (` : `${op}(`
 }
 
 export function outcomes(filter: string): string {
@@ -66,10 +80,10 @@ export function outcomes(filter: string): string {
 }
 
 /** 409 answers per 2xx answer on the idempotent route: retries that found their key still processing. */
-export function conflictRatio(filter: string, window: string): string {
+export function conflictRatio(filter: string, window: string, by: readonly string[] = []): string {
   const f = filter ? `${filter}, ` : ''
-  return `sum(rate(idempotency_requests_total{${f}${PAYMENTS}, outcome="${CONFLICT_OUTCOME}"}[${window}]))`
-    + ` / sum(rate(idempotency_requests_total{${f}${PAYMENTS}, outcome=~"${SUCCESS_OUTCOMES.join('|')}"}[${window}]))`
+  return `${aggregate('sum', by)}rate(idempotency_requests_total{${f}${PAYMENTS}, outcome="${CONFLICT_OUTCOME}"}[${window}]))`
+    + ` / ${aggregate('sum', by)}rate(idempotency_requests_total{${f}${PAYMENTS}, outcome=~"${SUCCESS_OUTCOMES.join('|')}"}[${window}]))`
 }
 
 /**
@@ -83,38 +97,39 @@ export function targetsDown(job: string): string {
 
 /**
  * The share of API answers that are 5xx, over `window`, when at least
- * SERVER_ERRORS_MIN of them are (`and on()` keeps the ratio's value).
+ * SERVER_ERRORS_MIN of them are (`and` keeps the ratio's value; matched on
+ * the `by` labels, or on none when all is summed).
  */
-export function serverErrorRatio(window: string, filter = ''): string {
+export function serverErrorRatio(window: string, filter = '', by: readonly string[] = []): string {
   const f = filter ? `${filter}, ` : ''
   const errors = `http_requests_total{${f}${API}, status=~"5.."}`
-  return `sum(rate(${errors}[${window}])) / sum(rate(http_requests_total{${f}${API}}[${window}]))`
-    + ` and on() sum(increase(${errors}[${window}])) >= ${SERVER_ERRORS_MIN}`
+  return `${aggregate('sum', by)}rate(${errors}[${window}])) / ${aggregate('sum', by)}rate(http_requests_total{${f}${API}}[${window}]))`
+    + ` and${by.length ? '' : ' on()'} ${aggregate('sum', by)}increase(${errors}[${window}])) >= ${SERVER_ERRORS_MIN}`
 }
 
 /** 1 per instance that does not reach its database (idempotency_ready 0), 0 for one that does. */
-export function notReady(filter: string): string {
-  return `max by (instance) (1 - idempotency_ready${matchers(filter)})`
+export function notReady(filter: string, by: readonly string[] = ['instance']): string {
+  return `${aggregate('max', by)}1 - idempotency_ready${matchers(filter)})`
 }
 
 export function latencyQuantile(quantile: number, filter: string): string {
   return `histogram_quantile(${quantile}, sum by (le) (rate(http_request_duration_seconds_bucket{${filter}, ${PAYMENTS}}[$__rate_interval])))`
 }
 
-export function staleKeys(filter: string): string {
-  return `max by (tenant) (idempotency_stale_processing_keys${matchers(filter)})`
+export function staleKeys(filter: string, by: readonly string[] = ['tenant']): string {
+  return `${aggregate('max', by)}idempotency_stale_processing_keys${matchers(filter)})`
 }
 
 export function oldestProcessingAge(filter: string): string {
   return `max(idempotency_oldest_processing_age_seconds${matchers(filter)})`
 }
 
-export function duplicateEntities(filter: string): string {
-  return `max by (tenant) (idempotency_duplicate_entities${matchers(filter)})`
+export function duplicateEntities(filter: string, by: readonly string[] = ['tenant']): string {
+  return `${aggregate('max', by)}idempotency_duplicate_entities${matchers(filter)})`
 }
 
-export function gaugesRefreshFailed(filter: string): string {
-  return `max by (query) (idempotency_gauges_refresh_failed${matchers(filter)})`
+export function gaugesRefreshFailed(filter: string, by: readonly string[] = ['query']): string {
+  return `${aggregate('max', by)}idempotency_gauges_refresh_failed${matchers(filter)})`
 }
 
 /** Forced expirations come from the audit trail, the same from every instance: max, not sum. */

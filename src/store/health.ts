@@ -43,6 +43,13 @@ const WRITE_PROBE = "select pg_logical_emit_message(true, 'idempotent-post:readi
 const READ_PROBE = 'select 1'
 const FALLBACK_CODES = new Set(['42501', '42883'])
 
+/**
+ * How long a request that needs the database waits for it to come back
+ * before its 503 (server.ts): Patroni's switchover took 2.65 s in the suite's
+ * run; the probe notices the new primary within its 0.5 s interval.
+ */
+export const DATABASE_WAIT_MS = 4_000
+
 export interface DatabaseHealthOptions {
   /** DATABASE_PGBOUNCER=1: no prepared statements, no session settings as startup parameters. @default false */
   readonly pgbouncer?: boolean

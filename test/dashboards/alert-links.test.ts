@@ -129,7 +129,9 @@ test('the outage alerts (5xx share, readiness) page within 2 minutes of a databa
 })
 
 test('one setting, ADMIN_URL or --admin-url, is validated, and `npm run dashboards -- [--admin-url URL] <folder>` writes every link from it', async () => {
-  expect(settingsFromEnv({})).toEqual({ adminUrl: DEFAULT_ADMIN_URL })
+  expect(settingsFromEnv({})).toEqual({ adminUrl: DEFAULT_ADMIN_URL, job: 'idempotent-post' })
+  expect(settingsFromEnv({ SCRAPE_JOB: 'payments-eu' }, { job: 'payments-us' }).job).toBe('payments-us')
+  expect(() => settingsFromEnv({ SCRAPE_JOB: 'a"b' })).toThrow(/^SCRAPE_JOB /)
   expect(settingsFromEnv({ ADMIN_URL: 'https://pay.example.com/' }).adminUrl).toBe('https://pay.example.com')
   expect(settingsFromEnv({ ADMIN_URL: 'https://a.example' }, { adminUrl: 'https://b.example' }).adminUrl).toBe('https://b.example')
   expect(() => settingsFromEnv({ ADMIN_URL: 'pay.example.com' })).toThrow(SettingsError)

@@ -3,6 +3,8 @@ import { readFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { ALERTS, comparison } from '../../dashboards/alert-definitions'
 import { OUTPUTS } from '../../dashboards/build'
+import { prometheusRules } from '../../dashboards/alerts'
+import { DEFAULT_SETTINGS } from '../../dashboards/settings'
 
 const RULE_TESTS = `${dirname(OUTPUTS.prometheusRules)}/prometheus-rules.test.yml`
 
@@ -48,7 +50,8 @@ test('the Grafana rules and the Prometheus rules are the same alerts with the sa
 })
 
 test('the 409 ratio divides idempotency outcomes (created at 0), in the dashboard, the Prometheus rules and the Grafana rules alike', () => {
-  const ratio = /sum\(rate\(idempotency_requests_total\{[^}]*route="\/api\/payments", outcome="in_progress"\}\[[^\]]+\]\)\) \/ sum\(rate\(idempotency_requests_total\{[^}]*route="\/api\/payments", outcome=~"created\|replayed\|reclaimed"\}\[[^\]]+\]\)\)/
+  // The alerts keep their job (sum by (job)), the dashboard sums what its variables select.
+  const ratio = /sum(?: by \(job\) )?\(rate\(idempotency_requests_total\{[^}]*route="\/api\/payments", outcome="in_progress"\}\[[^\]]+\]\)\) \/ sum(?: by \(job\) )?\(rate\(idempotency_requests_total\{[^}]*route="\/api\/payments", outcome=~"created\|replayed\|reclaimed"\}\[[^\]]+\]\)\)/
   const prometheus = Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any
   const grafana = Bun.YAML.parse(readFileSync(OUTPUTS.grafanaAlerts, 'utf8')) as any
   const dashboard = JSON.parse(readFileSync(OUTPUTS.dashboard, 'utf8'))
@@ -57,4 +60,17 @@ test('the 409 ratio divides idempotency outcomes (created at 0), in the dashboar
   expect(dashboard.panels.find((panel: any) => panel.title === '409 per 2xx on /api/payments').targets[0].expr).toMatch(ratio)
   const all = [readFileSync(OUTPUTS.prometheusRules, 'utf8'), readFileSync(OUTPUTS.grafanaAlerts, 'utf8'), readFileSync(OUTPUTS.dashboard, 'utf8')].join('\n')
   expect(all).not.toMatch(/status=\\?"409\\?"/)
+})
+
+// Catches: an alert that reads every job (another team's 5xx paged us) or drops the job label.
+test('every alert reads the scrape job it was built for, and keeps the job as a label', () => {
+  for (const job of ['idempotent-post', 'payments-eu']) {
+    const rules = Bun.YAML.parse(Bun.YAML.stringify(prometheusRules({ ...DEFAULT_SETTINGS, job }))) as any
+    for (const rule of rules.groups[0].rules) {
+      const selectors = [...String(rule.expr).matchAll(/\b([a-z_]+)\{([^}]*)\}/g)]
+      expect({ alert: rule.alert, unscoped: selectors.filter(([, , labels]) => !labels!.includes(`job="${job}"`)).map(([all]) => all) }).toEqual({ alert: rule.alert, unscoped: [] })
+      if (rule.alert !== 'IdempotencyTargetDown') expect({ alert: rule.alert, keeps: /by \([^)]*\bjob\b/.test(rule.expr) }).toEqual({ alert: rule.alert, keeps: true })
+      expect(rule.annotations.description).toContain('{{ $labels.job }}')
+    }
+  }
 })
