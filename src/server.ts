@@ -56,8 +56,8 @@ export interface AppDependencies {
 
 const operationsAnswer = problemAnswers(OPERATIONS_PROBLEMS)
 
-/** Routes that cannot answer without the database. */
-const NEEDS_DATABASE = /^\/(api|admin)(\/|$)/
+/** Routes that cannot answer without the database: the API and the admin, but for the runbooks (admin/pages.ts). */
+const NEEDS_DATABASE = /^\/(?:api(?:\/|$)|admin(?:$|\/(?!runbooks(?:\/|$))))/
 
 /**
  * The `route` label of http_requests_total: this app's templates (the first

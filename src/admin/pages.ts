@@ -129,6 +129,23 @@ export function adminPages(deps: AdminDeps) {
       log.info('admin signed in', { operator: session.operator, address, session: session.id, request_id: requestIdOf(request) })
       return redirect(next, { 'set-cookie': sessionCookie(token, secure) })
     }, { body: SignInForm })
+    // The alert runbooks: public by design, and answered without the database. They are the "Alert
+    // runbooks" section of docs/operators.md, which ships with the product and holds no data, and the
+    // moment they are needed most is when the database (where sessions live) is away: two alerts
+    // fired at once used to open on a 503 (server.ts lets these through its database gate).
+    .get('/runbooks', ({ html, set }) => {
+      page(set)
+      return html(RunbookIndexPage({ operator: undefined, runbooks: [...runbooks().values()] }) as string)
+    })
+    .get('/runbooks/:alert', ({ html, set, params }) => {
+      const runbook = runbooks().get(params.alert)
+      if (!runbook) {
+        set.status = 404
+        return html(RunbookIndexPage({ operator: undefined, runbooks: [...runbooks().values()], missing: params.alert }) as string)
+      }
+      page(set)
+      return html(RunbookPage({ operator: undefined, runbook }) as string)
+    }, { params: RunbookParams })
 
   const signedIn = new Elysia({ prefix: '/admin' })
     .use(html({ autoDetect: false }))
@@ -198,7 +215,7 @@ export function adminPages(deps: AdminDeps) {
       return html(await ConfirmPurgePage({ operator, preview }))
     })
 
-    // The deadline releases (the provider may have charged) and the alert runbooks.
+    // The deadline releases (the provider may have charged).
     .get('/released', async ({ html, set, query, operator }) => {
       const reason = parseReleaseReason(query.reason)
       const tenant = query.tenant?.trim() || undefined
@@ -206,16 +223,6 @@ export function adminPages(deps: AdminDeps) {
       page(set)
       return html(await ReleasedPage({ operator, reason, tenant, keys: released.keys, counts, nextHref: released.nextCursor ? releasedHref(reason, { tenant, cursor: released.nextCursor }) : undefined }))
     }, { query: ReleasedQuery })
-    .get('/runbooks', ({ html, set, operator }) => {
-      page(set)
-      return html(RunbookIndexPage({ operator, runbooks: [...runbooks().values()] }) as string)
-    })
-    .get('/runbooks/:alert', ({ html, set, params, operator }) => {
-      const runbook = runbooks().get(params.alert)
-      if (!runbook) throw new NotFoundError('No runbook for this alert.')
-      page(set)
-      return html(RunbookPage({ operator, runbook }) as string)
-    }, { params: RunbookParams })
 
     .get('/audit', async ({ html, set, query, operator }) => {
       const filters = parseAuditFilters(query)

@@ -3,10 +3,12 @@ import { escapeHtml } from '@kitajs/html'
 import { Layout, type Operator } from '../layout'
 import { runbookPath, type Runbook } from '../runbooks'
 
-export function RunbookIndexPage({ operator, runbooks }: { operator: Operator; runbooks: readonly Runbook[] }): JSX.Element {
+/** Public pages (admin/pages.ts): `operator` is undefined, and no session is looked up. */
+export function RunbookIndexPage({ operator, runbooks, missing }: { operator: Operator | undefined; runbooks: readonly Runbook[]; missing?: string }): JSX.Element {
   return (
     <Layout title="Runbooks · admin" operator={operator}>
       <h2>Alert runbooks</h2>
+      {missing !== undefined ? <p class="error" id="missing">No runbook for <code safe>{missing}</code>; these are the ones there are.</p> : ''}
       <p class="muted">One per alert of dashboards/prometheus-rules.yml and grafana-alerts.yml (their runbook_url points here), from docs/operators.md.</p>
       <ul id="runbooks">
         {runbooks.map((runbook) => <li><a href={escapeHtml(runbookPath(runbook.alert))} safe>{runbook.alert}</a></li>)}
@@ -15,7 +17,7 @@ export function RunbookIndexPage({ operator, runbooks }: { operator: Operator; r
   )
 }
 
-export function RunbookPage({ operator, runbook }: { operator: Operator; runbook: Runbook }): JSX.Element {
+export function RunbookPage({ operator, runbook }: { operator: Operator | undefined; runbook: Runbook }): JSX.Element {
   // Rendered by admin/runbooks.ts with every raw tag escaped and every link kept on this origin.
   const safeSection = runbook.html
   return (
