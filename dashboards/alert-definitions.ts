@@ -5,7 +5,7 @@
  */
 import { DEFAULT_METRICS_CACHE_MS, DEFAULT_TTL_SECONDS } from '../src/config'
 import { DATABASE_WAIT_MS } from '../src/store/health'
-import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown } from './queries'
+import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown, tenantRefusals } from './queries'
 import { runbookUrl, type BuildSettings } from './settings'
 
 /**
@@ -73,6 +73,14 @@ export function staleKeyDetection(ttlSeconds = DEFAULT_TTL_SECONDS): DetectionTi
  * impatient client at low traffic.
  */
 export const CONFLICT_RATIO_THRESHOLD = 0.1
+
+/**
+ * 1 refusal per second, over 5 minutes, for 10: a tenant held at its limits
+ * for that long sends more than its share all along (a retry loop without
+ * backoff, a batch job, or growth the limits were not set for). A burst
+ * refused for a few seconds is what the limits are for, and pages nobody.
+ */
+export const TENANT_REFUSALS_THRESHOLD = 1
 
 /**
  * 30 s, for the two outage alerts (5xx ratio, readiness): two evaluations in
@@ -271,6 +279,18 @@ export function alertsFor(job: string): readonly AlertDefinition[] {
     adminPath: '/admin',
     summary: (v) => `{{ ${v} | humanizePercentage }} of API answers of {{ $labels.instance }} are 5xx`,
     description: (v) => `For ${OUTAGE_FOR_SECONDS} s, {{ ${v} | humanizePercentage }} of the answers on /api/... of {{ $labels.instance }} (job {{ $labels.job }}) have been 5xx (threshold ${SERVER_ERRORS_THRESHOLD * 100}%, over ${SERVER_ERRORS_WINDOW}, at least ${SERVER_ERRORS_MIN} of them): payments are failing. 503 means the database is away (see IdempotencyNotReady), 502 the payment provider, 504 requests running into their deadline. The service's log has one line per failed request, with its request id.`,
+  },
+  {
+    uid: 'idem-tenant-held',
+    name: 'IdempotencyTenantHeldAtLimit',
+    expr: tenantRefusals(ours, '5m', ['job', 'tenant']),
+    threshold: TENANT_REFUSALS_THRESHOLD,
+    for: '10m',
+    severity: 'ticket',
+    panel: PANELS.refusalsByTenant,
+    adminPath: `/admin?tenant=${TENANT}`,
+    summary: (v) => `Tenant ${TENANT} is refused {{ ${v} | humanize }} request(s)/s at its limits`,
+    description: (v) => `For 10 minutes, {{ ${v} | humanize }} request(s) per second of tenant ${TENANT} have been refused with 429 at its limits (TENANT_RATE_LIMIT, TENANT_MAX_IN_FLIGHT), summed over the instances: it sends more than its share (a retry loop without backoff, a batch job, or growth). Its refused requests were stored nowhere; its clients retry after Retry-After.`,
   },
   {
     uid: 'idem-not-ready',

@@ -3,10 +3,10 @@ import * as dashboard from '@grafana/grafana-foundation-sdk/dashboard'
 import * as prometheus from '@grafana/grafana-foundation-sdk/prometheus'
 import * as stat from '@grafana/grafana-foundation-sdk/stat'
 import * as timeseries from '@grafana/grafana-foundation-sdk/timeseries'
-import { CONFLICT_RATIO_THRESHOLD, OUTAGE_FOR_SECONDS, SERVER_ERRORS_THRESHOLD, STALE_KEYS_FOR_SECONDS } from './alert-definitions'
+import { CONFLICT_RATIO_THRESHOLD, OUTAGE_FOR_SECONDS, SERVER_ERRORS_THRESHOLD, STALE_KEYS_FOR_SECONDS, TENANT_REFUSALS_THRESHOLD } from './alert-definitions'
 import {
   PANELS, SELECTED, TTL, conflictRatio, duplicateEntities, forcedExpirations, gaugesRefreshFailed,
-  latencyQuantile, notReady, oldestProcessingAge, outcomes, serverErrorRatio, staleKeys,
+  latencyQuantile, notReady, oldestProcessingAge, outcomes, serverErrorRatio, staleKeys, tenantRefusals,
 } from './queries'
 import { DEFAULT_SETTINGS, type BuildSettings } from './settings'
 
@@ -111,6 +111,8 @@ export function buildDashboard(settings: BuildSettings = DEFAULT_SETTINGS): dash
       .thresholdsStyle(new common.GraphThresholdsStyleConfigBuilder().mode(common.GraphThresholdsStyleMode.Line))
       .thresholds(thresholds([null, 'green'], [SERVER_ERRORS_THRESHOLD, 'red']))
       .withTarget(query(`sum(rate(http_requests_total{${SELECTED}, route=~"/api/.*", status=~"5.."}[$__rate_interval])) / sum(rate(http_requests_total{${SELECTED}, route=~"/api/.*"}[$__rate_interval]))`, '5xx / all')))
+    .withPanel(graph(PANELS.refusalsByTenant, `Requests refused with 429 at their tenant's limits, per second, by tenant and reason (rate_limited: TENANT_RATE_LIMIT; too_many_in_flight: TENANT_MAX_IN_FLIGHT). The ticket alert fires above ${TENANT_REFUSALS_THRESHOLD}/s for a tenant for 10 minutes.`, 'reqps')
+      .withTarget(query(tenantRefusals(SELECTED, '$__rate_interval'), '{{tenant}}: {{reason}}')))
     .withPanel(graph(PANELS.targetsUp, 'Per target: 1 when Prometheus\'s last scrape of it succeeded, 0 when it failed. The target-down alert fires after 2 minutes at 0, or when the job has no target at all.', 'none')
       .min(0).max(1)
       .withTarget(query(`up{${SELECTED}}`, '{{instance}}')))

@@ -44,6 +44,7 @@ export const PANELS = {
   targetsUp: 'Scrape targets up',
   serverErrors: '5xx share of API answers',
   ready: 'Database reachable (readiness)',
+  refusalsByTenant: 'Refusals by tenant',
 } as const
 
 /** The TTL the servers run with (the same on every instance: max). Thresholds and alert texts read it. */
@@ -130,6 +131,11 @@ export function duplicateEntities(filter: string, by: readonly string[] = ['tena
 
 export function gaugesRefreshFailed(filter: string, by: readonly string[] = ['query']): string {
   return `${aggregate('max', by)}idempotency_gauges_refresh_failed${matchers(filter)})`
+}
+
+/** Requests refused at their tenant's limits (429), per second, by tenant (and `by`). */
+export function tenantRefusals(filter: string, window: string, by: readonly string[] = ['tenant', 'reason']): string {
+  return `${aggregate('sum', by)}rate(http_tenant_refusals_total${matchers(filter)}[${window}]))`
 }
 
 /** Forced expirations come from the audit trail, the same from every instance: max, not sum. */

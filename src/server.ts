@@ -27,6 +27,7 @@ import { clientMeta, pathnameOf, rememberMeta } from './http/client'
 import { edgeGuard, secured } from './http/edge'
 import { TenantLimits } from './http/rate-limit'
 import { FailedCredentials } from './http/failed-credentials'
+import { REFUSAL_REASONS, TenantRefusals } from './http/tenant-refusals'
 import { docsUi } from './docs-ui'
 
 export interface AppDependencies {
@@ -72,6 +73,8 @@ export function buildApp(deps: AppDependencies) {
   const { config, pools, metrics } = deps
   const log = deps.log ?? processLog
   primeRoute(metrics, PAYMENTS_ROUTE)
+  // Every configured tenant's refusals from 0: an alert's increase() sees the first ones.
+  for (const tenant of new Set(config.apiKeys.values())) for (const reason of REFUSAL_REASONS) metrics.tenantRefusals.inc({ tenant, reason }, 0)
   metrics.ttl.set(config.ttlSeconds)
   if (pools.usage) observePools(metrics, pools.usage)
   observeReadiness(metrics, () => deps.health?.up ?? true)
@@ -79,6 +82,7 @@ export function buildApp(deps: AppDependencies) {
   const provider = deps.provider ?? providerFor(config, metrics)
   const adminBase: AdminOptions = {
     pools,
+    tenantsHeld: () => tenantRefusalsOf(deps).held(),
     operators: config.operators,
     throttle: new SignInThrottle(),
     ttlSeconds: config.ttlSeconds,
@@ -238,11 +242,19 @@ export function serviceFetch(app: App, deps: AppDependencies, listener: 'main' |
     metricsToken: config.metricsToken,
     listener,
     metricsElsewhere: config.metricsPort !== undefined,
-    limits: { limits: deps.limits ?? new TenantLimits({ rate: config.tenantRateLimit, burst: config.tenantRateBurst, maxInFlight: config.tenantMaxInFlight }), tenantOf: bearerTenant(config.apiKeys) },
+    limits: { limits: deps.limits ?? new TenantLimits({ rate: config.tenantRateLimit, burst: config.tenantRateBurst, maxInFlight: config.tenantMaxInFlight }), tenantOf: bearerTenant(config.apiKeys), refusals: tenantRefusalsOf(deps) },
     failedCredentials: failedCredentialsOf(deps),
   }, handled)
   const counted = observed(ROUTE_LABELS, countAnswer(deps.metrics), guarded)
   return withRequestIds(counted, { routeOf: routeLabeler(ROUTE_LABELS), log: deps.log })
+}
+
+/** One record of refused tenants per service: the edge writes it, the admin page reads it. */
+const tenantRefusals = new WeakMap<AppDependencies, TenantRefusals>()
+function tenantRefusalsOf(deps: AppDependencies): TenantRefusals {
+  let found = tenantRefusals.get(deps)
+  if (!found) tenantRefusals.set(deps, (found = new TenantRefusals(deps.metrics.tenantRefusals, deps.log)))
+  return found
 }
 
 /** One record of wrong credentials per service, whichever of its listeners they come to. */

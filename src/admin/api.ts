@@ -8,6 +8,7 @@
  * route validates its input (schemas.ts), calls one operation and prints its
  * result with src/operations/json.ts, the same JSON the CLI prints.
  */
+import type { TenantHeld } from '../http/tenant-refusals'
 import { Elysia } from 'elysia'
 import { problemResponse } from '../http/problem'
 import { ADMIN_PROBLEMS } from './problems'
@@ -34,6 +35,8 @@ export interface AdminDeps {
   readonly log: Logger
   /** This API's OpenAPI document (api-docs.ts), when the service describes it. */
   readonly openApiDocument?: () => unknown
+  /** Tenants this process refused at their limits within the last minute (http/tenant-refusals.ts). @default none known */
+  readonly tenantsHeld?: () => readonly TenantHeld[]
 }
 
 /** The operations for one request: its action lines carry the request's id. */

@@ -188,6 +188,7 @@ export function adminPages(deps: AdminDeps) {
         audit: audit.entries,
         selfHref: listHref(filters, { after: query.after, refresh }),
         refreshSeconds: paused ? undefined : AUTO_REFRESH_SECONDS,
+        held: deps.tenantsHeld?.() ?? [],
       })
       // Server-Timing: the browser's network panel (and the 100k-row measurement) see where the time goes.
       page(set, { 'server-timing': `db;dur=${(queried - started).toFixed(2)}, render;dur=${(performance.now() - queried).toFixed(2)}` })

@@ -11,6 +11,7 @@
  * Every path under /admin is answered here, so no admin URL can answer
  * without passing the checks first.
  */
+import type { TenantHeld } from '../http/tenant-refusals'
 import { html } from '@elysiajs/html'
 import { Elysia } from 'elysia'
 import { ADMIN_PROBLEMS } from './problems'
@@ -52,6 +53,8 @@ export interface AdminOptions {
   readonly now?: () => Date | undefined
   /** The admin JSON API's OpenAPI document, served at /admin/api/openapi.json behind the API's credentials. @default none */
   readonly openApiDocument?: () => unknown
+  /** Tenants this process refused at their limits within the last minute, for the list page. @default none known */
+  readonly tenantsHeld?: () => readonly TenantHeld[]
 }
 
 /** The admin as an app of its own; `adminRoutes` mounts it. Tests may call `.handle()` on it directly. */
@@ -68,7 +71,7 @@ export function adminApp(options: AdminOptions) {
   const auth = new AdminAuth(new Operators(credentials), options.throttle ?? new SignInThrottle(), log)
   const sql = options.pools.short
   const now = () => options.now?.()
-  const deps = { ops, auth, sql, now, log, ...(options.openApiDocument ? { openApiDocument: options.openApiDocument } : {}) }
+  const deps = { ops, auth, sql, now, log, ...(options.openApiDocument ? { openApiDocument: options.openApiDocument } : {}), ...(options.tenantsHeld ? { tenantsHeld: options.tenantsHeld } : {}) }
 
   return new Elysia({ name: 'admin-app' })
     .use(html({ autoDetect: false }))

@@ -4,6 +4,7 @@
  * serves /metrics and its token, the per-tenant limits on /api, and the
  * headers every answer carries (nosniff; HSTS when the client came over TLS).
  */
+import type { TenantRefusals } from './tenant-refusals'
 import { EDGE_PROBLEMS } from './edge-problems'
 import { timingSafeEqual } from 'node:crypto'
 import { isAllowedHost, type AllowedHosts } from './allowed-host'
@@ -31,7 +32,7 @@ export interface EdgeOptions {
   readonly listener: 'main' | 'metrics'
   readonly metricsElsewhere?: boolean
   /** Per-tenant limits on /api, with how a request's tenant is found. */
-  readonly limits?: { readonly limits: TenantLimits; readonly tenantOf: (request: Request) => string | undefined } | undefined
+  readonly limits?: { readonly limits: TenantLimits; readonly tenantOf: (request: Request) => string | undefined; readonly refusals?: TenantRefusals | undefined } | undefined
   /** Wrong API keys and metrics tokens: counted, throttled per address, logged as a summary. */
   readonly failedCredentials?: FailedCredentials | undefined
 }
@@ -85,7 +86,10 @@ export function edgeGuard(options: EdgeOptions, handle: Handle): Handle {
     const tenant = limited && isApi ? limited.tenantOf(request) : undefined
     if (tenant === undefined) return secured(await handle(request), secure)
     const admission = limited!.limits.admit(tenant)
-    if (!admission.ok) return secured(admission.response, secure)
+    if (!admission.ok) {
+      limited!.refusals?.refused(request, tenant, admission.reason)
+      return secured(admission.response, secure)
+    }
     try {
       const response = await handle(request)
       return secured(withHeaders(response, admission.headers), secure)

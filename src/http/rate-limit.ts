@@ -25,6 +25,7 @@
  * that in mind, or enforce a global quota at the load balancer.
  */
 import { EDGE_PROBLEMS } from './edge-problems'
+import type { RefusalReason } from './tenant-refusals'
 import { problem, problemResponse, type Problem } from './problem'
 
 export interface TenantLimitOptions {
@@ -40,7 +41,7 @@ export interface TenantLimitOptions {
 
 export type Admission =
   | { readonly ok: true; readonly headers: Readonly<Record<string, string>>; release(): void }
-  | { readonly ok: false; readonly response: Response }
+  | { readonly ok: false; readonly response: Response; readonly reason: RefusalReason }
 
 interface Bucket {
   tokens: number
@@ -88,7 +89,7 @@ export class TenantLimits {
       const bucket = this.#refill(tenant)
       if (bucket.tokens < 1) {
         const wait = Math.max(1, Math.ceil((1 - bucket.tokens) / this.#rate))
-        return refuse(EDGE_PROBLEMS.problem('rate-limited', `This API key may send ${this.#rate} requests per second (bursts of ${this.#burst}); retry after ${wait} s.`, {}), wait, {
+        return refuse('rate_limited', EDGE_PROBLEMS.problem('rate-limited', `This API key may send ${this.#rate} requests per second (bursts of ${this.#burst}); retry after ${wait} s.`, {}), wait, {
           'ratelimit-policy': this.#policy,
           ratelimit: `${POLICY};r=0;t=${wait}`,
         })
@@ -101,8 +102,13 @@ export class TenantLimits {
       const current = this.#inFlight.get(tenant) ?? 0
       if (current >= this.#maxInFlight) {
         // The token taken above is given back: a refused request costs the tenant nothing but the wait.
-        if (this.#rate > 0) this.#buckets.get(tenant)!.tokens += 1
-        return refuse(EDGE_PROBLEMS.problem('too-many-in-flight', `This API key has ${current} requests in processing, the most this server takes at once; retry after 1 s.`), 1, {})
+        // Its answer still says where the rate stands (SPEC: every /api answer carries the RateLimit fields).
+        if (this.#rate > 0) {
+          const bucket = this.#buckets.get(tenant)!
+          bucket.tokens += 1
+          headers.ratelimit = `${POLICY};r=${Math.floor(bucket.tokens)};t=${Math.ceil((this.#burst - bucket.tokens) / this.#rate)}`
+        }
+        return refuse('too_many_in_flight', EDGE_PROBLEMS.problem('too-many-in-flight', `This API key has ${current} requests in processing, the most this server takes at once; retry after 1 s.`), 1, headers)
       }
       this.#inFlight.set(tenant, current + 1)
     }
@@ -134,6 +140,6 @@ export class TenantLimits {
   }
 }
 
-function refuse(answer: Problem, retryAfterSeconds: number, headers: Record<string, string>): Admission {
-  return { ok: false, response: problemResponse({ ...answer, retryAfterSeconds }, headers) }
+function refuse(reason: RefusalReason, answer: Problem, retryAfterSeconds: number, headers: Record<string, string>): Admission {
+  return { ok: false, reason, response: problemResponse({ ...answer, retryAfterSeconds }, headers) }
 }

@@ -21,6 +21,8 @@ export interface Metrics {
   readonly httpRequests: Counter<'method' | 'route' | 'status'>
   /** Wrong API keys (`api`) and metrics tokens (`metrics`) presented (http/failed-credentials.ts). */
   readonly authFailures: Counter<'area'>
+  /** Requests of a tenant refused by its limits (http/tenant-refusals.ts). */
+  readonly tenantRefusals: Counter<'tenant' | 'reason'>
   readonly httpDuration: Histogram<'method' | 'route' | 'status'>
   readonly idempotencyDuration: Histogram<'route' | 'outcome'>
   readonly reclaims: Counter<'route'>
@@ -61,6 +63,12 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
       name: 'http_requests_total',
       help: 'Every HTTP answer, by method, route template and status.',
       labelNames: ['method', 'route', 'status'],
+      registers,
+    }),
+    tenantRefusals: new Counter({
+      name: 'http_tenant_refusals_total',
+      help: 'API requests refused by their tenant\'s limits (429), by tenant (those of API_KEYS) and reason: rate_limited (TENANT_RATE_LIMIT), too_many_in_flight (TENANT_MAX_IN_FLIGHT).',
+      labelNames: ['tenant', 'reason'],
       registers,
     }),
     authFailures: new Counter({

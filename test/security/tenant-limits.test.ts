@@ -15,6 +15,8 @@ import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
 import { ADMIN_TOKEN, API_KEYS, startGatedProvider, startServer, type GatedProvider } from '../support/server'
 import { waitFor } from '../support/wait'
+import { createLogger } from '../../src/log'
+import { signIn } from '../admin/support'
 
 let db: TestDatabase
 let provider: GatedProvider
@@ -162,3 +164,48 @@ test('the service applies the configured limits and answers with the RateLimit f
     await server.stop()
   }
 }, 30_000)
+
+describe('which tenant is held at its limits', () => {
+  // Catches: refusals that leave no trace (12,000 × 429 for one tenant showed nowhere), a log line per refusal,
+  // or a 429 of the in-flight cap without the RateLimit fields every /api answer carries.
+  test('counted by tenant and reason, logged once a window, on the admin page; the in-flight 429 says the rate too', async () => {
+    const clock = { ms: 0 }
+    const limits = new TenantLimits({ rate: 1, burst: 2, maxInFlight: 1, now: () => clock.ms })
+    const lines: string[] = []
+    const config = loadConfig({ API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test', HOST: '127.0.0.1', PORT: '0', TEST_ALLOW_PORT_0: '1', DATABASE_URL: db.url, PAYMENT_PROVIDER_URL: provider.url })
+    const deps = { config, pools: db.pools, metrics: createMetrics(), limits, log: createLogger({ sink: (line) => lines.push(line) }) }
+    const server = serve(buildApp(deps), deps)
+    const url = `http://127.0.0.1:${server.port}`
+    try {
+      const before = await deps.metrics.registry.getSingleMetricAsString('http_tenant_refusals_total')
+      expect(before).toContain('http_tenant_refusals_total{tenant="globex",reason="too_many_in_flight"} 0')
+
+      provider.hold(1)
+      const held = postPayment(url, payment({ customer: 'held-1' }))
+      await waitFor(() => provider.held() === 1, 'one request held at the provider')
+      const capped = await postPayment(url, payment({ customer: 'capped' }))
+      expect({ status: capped.status, policy: capped.headers.get('ratelimit-policy'), rate: capped.headers.get('ratelimit') })
+        .toEqual({ status: 429, policy: '"tenant";q=2;w=2', rate: '"tenant";r=1;t=1' })
+      provider.release()
+      expect((await held).status).toBe(201)
+      const over: number[] = []
+      for (let i = 0; i < 5; i++) over.push((await postPayment(url, payment({ customer: `over-${i}` }))).status) // one token left, then over the rate
+      expect(over).toEqual([201, 429, 429, 429, 429])
+
+      const text = await deps.metrics.registry.getSingleMetricAsString('http_tenant_refusals_total')
+      expect(text).toContain('http_tenant_refusals_total{tenant="acme",reason="too_many_in_flight"} 1')
+      expect(text).toContain('http_tenant_refusals_total{tenant="acme",reason="rate_limited"} 4')
+      expect(text).toContain('http_tenant_refusals_total{tenant="globex",reason="rate_limited"} 0')
+      const held1 = lines.filter((line) => line.includes('held at its limit'))
+      expect(held1).toHaveLength(1)
+      expect(JSON.parse(held1[0]!)).toMatchObject({ level: 'warn', tenant: 'acme', reason: 'too_many_in_flight' })
+
+      const signed = await signIn(url)
+      const page = await (await fetch(`${url}/admin`, { headers: { cookie: signed.cookie } })).text()
+      expect(page).toMatch(/id="tenants-held"[^]*>acme<\/a>[^]*4 over the rate, 1 over the in-flight cap/)
+    } finally {
+      provider.release()
+      await server.stop(true)
+    }
+  })
+})

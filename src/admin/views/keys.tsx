@@ -8,6 +8,7 @@ import type { ProcessingKey } from '../../operations/list'
 import { Layout, type Operator } from '../layout'
 import { auditHref, backOf, confirmExpireHref, confirmExpireStaleHref, keyHref, listHref } from '../links'
 import { AuditTable, OutcomeNotice } from './audit'
+import type { TenantHeld } from '../../http/tenant-refusals'
 
 /** Every dynamic value is client- or operator-chosen: text goes through `safe`, attributes through escapeHtml. */
 
@@ -25,6 +26,8 @@ export interface KeysPageProps {
   readonly selfHref: string
   /** Seconds between reloads, or undefined when the operator paused them. */
   readonly refreshSeconds: number | undefined
+  /** Tenants this instance refused at their limits within the last minute, most refused first. */
+  readonly held: readonly TenantHeld[]
 }
 
 export function KeysPage(props: KeysPageProps): JSX.Element {
@@ -46,6 +49,15 @@ export function KeysPage(props: KeysPageProps): JSX.Element {
         <div class="count"><b>{counts.expired}</b><span>past retention, to purge</span></div>
       </div>
 
+      {props.held.length > 0 ? (
+        <div class="notice" id="tenants-held">
+          <b>Held at their limits</b> (this instance, the last minute; <code>http_tenant_refusals_total</code> for all):{' '}
+          {props.held.map((held, i) => (
+            <>{i > 0 ? ', ' : ''}<a href={escapeHtml(listHref({ ...filters, tenant: held.tenant, staleOnly: false }))} safe>{held.tenant}</a>{' '}
+              <span safe>{`${held.refused.rate_limited} over the rate, ${held.refused.too_many_in_flight} over the in-flight cap`}</span></>
+          ))}
+        </div>
+      ) : ''}
       <form class="filters" method="get" action="/admin">
         <label>Tenant<input type="text" name="tenant" value={escapeHtml(filters.tenant ?? '')} /></label>
         <label>Route (method path)<input type="text" name="route" placeholder="POST /api/payments" value={escapeHtml(filters.route ?? '')} /></label>
