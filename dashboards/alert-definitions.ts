@@ -5,7 +5,7 @@
  */
 import { DEFAULT_METRICS_CACHE_MS, DEFAULT_TTL_SECONDS } from '../src/config'
 import { DATABASE_WAIT_MS } from '../src/store/health'
-import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown, tenantRefusals } from './queries'
+import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, providerOldestCall, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown, tenantRefusals } from './queries'
 import { runbookUrl, type BuildSettings } from './settings'
 
 /**
@@ -81,6 +81,16 @@ export const CONFLICT_RATIO_THRESHOLD = 0.1
  * refused for a few seconds is what the limits are for, and pages nobody.
  */
 export const TENANT_REFUSALS_THRESHOLD = 1
+
+/**
+ * 5 s: a payment provider answers in well under a second to two; a call in
+ * progress for 5 s is a provider that hangs. With no `for`, the alert fires
+ * at the first evaluation that sees it: at worst 5 s + a scrape (15 s) + an
+ * evaluation (30 s) = 50 s after the provider stopped answering, and
+ * typically before the first request reaches its deadline (27 s with the
+ * default TTL), where the histogram and the 504s would first show it.
+ */
+export const PROVIDER_SLOW_SECONDS = 5
 
 /**
  * 30 s, for the two outage alerts (5xx ratio, readiness): two evaluations in
@@ -279,6 +289,18 @@ export function alertsFor(job: string): readonly AlertDefinition[] {
     adminPath: '/admin',
     summary: (v) => `{{ ${v} | humanizePercentage }} of API answers of {{ $labels.instance }} are 5xx`,
     description: (v) => `For ${OUTAGE_FOR_SECONDS} s, {{ ${v} | humanizePercentage }} of the answers on /api/... of {{ $labels.instance }} (job {{ $labels.job }}) have been 5xx (threshold ${SERVER_ERRORS_THRESHOLD * 100}%, over ${SERVER_ERRORS_WINDOW}, at least ${SERVER_ERRORS_MIN} of them): payments are failing. 503 means the database is away (see IdempotencyNotReady), 502 the payment provider, 504 requests running into their deadline. The service's log has one line per failed request, with its request id.`,
+  },
+  {
+    uid: 'idem-provider-slow',
+    name: 'IdempotencyProviderSlow',
+    expr: providerOldestCall(ours, ['job', 'instance']),
+    threshold: PROVIDER_SLOW_SECONDS,
+    for: '0s',
+    severity: 'page',
+    panel: PANELS.providerInFlight,
+    adminPath: '/admin/released?reason=deadline',
+    summary: (v) => `A payment provider call of {{ $labels.instance }} has been waiting {{ ${v} | humanizeDuration }}`,
+    description: (v) => `The oldest call to the payment provider in progress on {{ $labels.instance }} started {{ ${v} | humanizeDuration }} ago (threshold ${PROVIDER_SLOW_SECONDS} s): the provider hangs or is very slow. Requests waiting on it end at their deadline with 504 and their keys are released (the provider may have charged: the admin lists them after their deadline, with the downstream key to ask it with).`,
   },
   {
     uid: 'idem-tenant-held',

@@ -45,6 +45,7 @@ export const PANELS = {
   serverErrors: '5xx share of API answers',
   ready: 'Database reachable (readiness)',
   refusalsByTenant: 'Refusals by tenant',
+  providerInFlight: 'Provider calls in flight',
 } as const
 
 /** The TTL the servers run with (the same on every instance: max). Thresholds and alert texts read it. */
@@ -131,6 +132,11 @@ export function duplicateEntities(filter: string, by: readonly string[] = ['tena
 
 export function gaugesRefreshFailed(filter: string, by: readonly string[] = ['query']): string {
   return `${aggregate('max', by)}idempotency_gauges_refresh_failed${matchers(filter)})`
+}
+
+/** Age of the oldest provider call in progress, per `by`: a hung provider, before its calls reach their deadline. */
+export function providerOldestCall(filter: string, by: readonly string[] = ['instance']): string {
+  return `${aggregate('max', by)}idempotency_provider_oldest_call_seconds${matchers(filter)})`
 }
 
 /** Requests refused at their tenant's limits (429), per second, by tenant (and `by`). */

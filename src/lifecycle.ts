@@ -87,7 +87,7 @@ function warnOnChangedSettings(log: Logger, previous: ServerSettings | undefined
 export async function runServer(config: Config, databaseUrl: string, options: RunOptions): Promise<number> {
   const { log } = options
   const pools = openPools(databaseUrl, { applicationName: `idempotent-post:${process.pid}`, pgbouncer: config.databasePgbouncer })
-  const metrics = createMetrics()
+  const metrics = createMetrics(undefined, { ttlSeconds: config.ttlSeconds })
   collectProcessMetrics(metrics.registry)
   const removeLastResort = installLastResort(metrics.registry)
   const gauges = new DatabaseGauges({ sql: pools.short, ttlSeconds: config.ttlSeconds, tenants: [...new Set(config.apiKeys.values())], cacheMs: config.metricsCacheMs, log })

@@ -8,7 +8,7 @@ import { log as processLog, type Logger } from './log'
 import { methodsOf, type PathMethods } from './http/allow'
 import { problem, problemResponse } from './http/problem'
 import { OPERATIONS_PROBLEMS } from './problems'
-import { countAnswer, idempotencyHooks, observePools, observeProvider, observeReadiness, primeRoute, type Metrics } from './metrics/registry'
+import { countAnswer, idempotencyHooks, observePools, observeProvider, observeReadiness, primeRoute, providerCallsInFlight, type Metrics } from './metrics/registry'
 import { adminDocument, apiDocs, detail, DOCS_ROUTES, health, problemAnswers } from './api-docs'
 import type { ClusterMetrics } from './metrics/cluster'
 import { exposition } from './metrics/exposition'
@@ -191,7 +191,7 @@ export type App = ReturnType<typeof buildApp>
 function providerFor(config: Config, metrics: Metrics): PaymentProvider {
   // main.ts starts the simulator and sets PAYMENT_PROVIDER_URL before any server runs.
   if (!config.providerUrl) throw new Error('PAYMENT_PROVIDER_URL is not set: no payment provider to call')
-  return providerClient(config.providerUrl, { observe: observeProvider(metrics) })
+  return providerClient(config.providerUrl, { observe: observeProvider(metrics), begin: providerCallsInFlight(metrics) })
 }
 
 /**

@@ -4,6 +4,7 @@ import type { AnswerEvent } from '../http/observe'
 import type { ProviderCallEvent, ProviderCallOutcome } from '../provider/client'
 import type { PoolUsage } from '../store/pool-usage'
 import { CREDENTIAL_AREAS } from '../http/failed-credentials'
+import { executionBudgetMs } from '../core/policy'
 
 export { OUTCOMES, type Outcome } from '../http/outcomes'
 
@@ -34,6 +35,8 @@ export interface Metrics {
   readonly providerDuration: Histogram<'outcome'>
   readonly ttl: Gauge
   readonly ready: Gauge
+  readonly providerInFlight: Gauge
+  readonly providerOldestCall: Gauge
   readonly poolInUse: Gauge<'pool'>
   readonly poolWaiting: Gauge<'pool'>
   readonly poolMax: Gauge<'pool'>
@@ -49,7 +52,19 @@ export const PROVIDER_OUTCOMES: readonly ProviderCallOutcome[] = ['ok', 'failed'
  */
 export const PROVIDER_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30]
 
-export function createMetrics(registry: Registry = new Registry()): Metrics {
+/**
+ * PROVIDER_BUCKETS with bounds around the request's deadline (the TTL less a
+ * tenth): a call stopped at a 27 s deadline fell in the 20-30 s bucket and
+ * read 29.9 s at p99; with bounds at 0.9, 0.97 and 1.02 of the deadline
+ * (and at the TTL) it reads as what it was.
+ */
+export function providerBuckets(ttlSeconds: number): number[] {
+  const deadline = executionBudgetMs(ttlSeconds) / 1000
+  const near = [0.9, 0.97, 1.02].map((share) => Number((deadline * share).toFixed(3)))
+  return [...new Set([...PROVIDER_BUCKETS, ...near, ttlSeconds])].filter((bound) => bound <= Math.max(30, ttlSeconds)).sort((a, b) => a - b)
+}
+
+export function createMetrics(registry: Registry = new Registry(), options: { ttlSeconds?: number } = {}): Metrics {
   const registers = [registry]
   const metrics: Metrics = {
     registry,
@@ -125,7 +140,7 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
       name: 'idempotency_provider_request_duration_seconds',
       help: 'Each HTTP call to the payment provider, by outcome: ok, failed (an answer refusing or unusable), lost (no answer), deadline (stopped by the request\'s deadline), aborted (stopped by a shutdown).',
       labelNames: ['outcome'],
-      buckets: PROVIDER_BUCKETS,
+      buckets: options.ttlSeconds === undefined ? PROVIDER_BUCKETS : providerBuckets(options.ttlSeconds),
       registers,
     }),
     ttl: new Gauge({
@@ -139,6 +154,16 @@ export function createMetrics(registry: Registry = new Registry()): Metrics {
       name: 'idempotency_ready',
       help: '1 while this process reaches the database (what GET /readyz answers 200 for), 0 while it does not.',
       aggregator: 'min',
+      registers,
+    }),
+    providerInFlight: new Gauge({
+      name: 'idempotency_provider_calls_in_flight',
+      help: 'HTTP calls to the payment provider in progress now.',
+      registers,
+    }),
+    providerOldestCall: new Gauge({
+      name: 'idempotency_provider_oldest_call_seconds',
+      help: 'Age of the oldest HTTP call to the payment provider in progress now (0 when none): a hung provider shows here long before its calls end at their deadline.',
       registers,
     }),
     poolInUse: new Gauge({
@@ -192,6 +217,26 @@ export function primeRoute(metrics: Metrics, route: string, method = 'POST'): vo
   for (const reason of RELEASE_REASONS) metrics.releases.inc({ route, reason }, 0)
   for (const statement of STATEMENT_KINDS) for (const cause of RETRY_CAUSES) metrics.statementRetries.inc({ route, statement, cause }, 0)
   metrics.deadlines.inc({ route }, 0)
+}
+
+/**
+ * The provider calls in progress, read at each scrape: how many, and how old
+ * the oldest is. A histogram sees a call only when it ends, at its deadline
+ * for a hung provider; these see it while it hangs.
+ */
+export function providerCallsInFlight(metrics: Metrics): () => () => void {
+  const started = new Set<{ at: number }>()
+  setCollect(metrics.providerInFlight, () => metrics.providerInFlight.set(started.size))
+  setCollect(metrics.providerOldestCall, () => {
+    let oldest = Number.POSITIVE_INFINITY
+    for (const call of started) oldest = Math.min(oldest, call.at)
+    metrics.providerOldestCall.set(started.size === 0 ? 0 : (performance.now() - oldest) / 1000)
+  })
+  return () => {
+    const call = { at: performance.now() }
+    started.add(call)
+    return () => { started.delete(call) }
+  }
 }
 
 /** The provider client's calls, timed by outcome; every outcome starts at 0 (an alert on the first deadline sees it). */

@@ -38,6 +38,8 @@ export interface ProviderClientOptions {
   readonly maxAttempts?: number
   /** Told of every HTTP call to the provider (each attempt), with its outcome and duration: the dependency metrics. @default none */
   readonly observe?: (event: ProviderCallEvent) => void
+  /** Called as each HTTP call begins; the function it returns, as it ends (the in-flight gauges). */
+  readonly begin?: () => () => void
 }
 
 /**
@@ -97,6 +99,12 @@ export function providerClient(baseUrl: string, options: ProviderClientOptions =
   /** One attempt, timed for `observe`. */
   async function attempt(request: ChargeRequest, chargeOptions: ChargeOptions): Promise<Charge> {
     const started = performance.now()
+    let end: (() => void) | undefined
+    try {
+      end = options.begin?.()
+    } catch {
+      // counting never changes a charge
+    }
     let outcome: ProviderCallOutcome = 'failed'
     try {
       const charge = await call(request, chargeOptions)
@@ -107,6 +115,11 @@ export function providerClient(baseUrl: string, options: ProviderClientOptions =
       else if (error instanceof LostAnswer) outcome = 'lost'
       throw error
     } finally {
+      try {
+        end?.()
+      } catch {
+        // counting never changes a charge
+      }
       if (options.observe) {
         try {
           options.observe({ outcome, seconds: (performance.now() - started) / 1000 })

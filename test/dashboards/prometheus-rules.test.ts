@@ -45,7 +45,7 @@ test('the Grafana rules and the Prometheus rules are the same alerts with the sa
   expect(fromGrafana).toEqual(fromPrometheus)
   expect(fromPrometheus.map((rule: any) => rule.alert)).toEqual([
     'IdempotencyStaleProcessingKeys', 'IdempotencyConflictRatioHigh', 'IdempotencyDuplicateEntities', 'IdempotencyGaugesRefreshFailing', 'IdempotencyTargetDown',
-    'IdempotencyServerErrorsHigh', 'IdempotencyTenantHeldAtLimit', 'IdempotencyNotReady',
+    'IdempotencyServerErrorsHigh', 'IdempotencyProviderSlow', 'IdempotencyTenantHeldAtLimit', 'IdempotencyNotReady',
   ])
 })
 
