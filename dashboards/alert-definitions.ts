@@ -5,7 +5,7 @@
  */
 import { DEFAULT_METRICS_CACHE_MS, DEFAULT_TTL_SECONDS } from '../src/config'
 import { DATABASE_WAIT_MS } from '../src/store/health'
-import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, providerOldestCall, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown, tenantRefusals } from './queries'
+import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, providerOldestCall, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown, tenantRefusals, unlessNotReady } from './queries'
 import { runbookUrl, type BuildSettings } from './settings'
 
 /**
@@ -281,14 +281,14 @@ export function alertsFor(job: string): readonly AlertDefinition[] {
   {
     uid: 'idem-server-errors',
     name: 'IdempotencyServerErrorsHigh',
-    expr: serverErrorRatio(SERVER_ERRORS_WINDOW, ours, ['job', 'instance']),
+    expr: unlessNotReady(serverErrorRatio(SERVER_ERRORS_WINDOW, ours, ['job', 'instance']), ours, SERVER_ERRORS_WINDOW),
     threshold: SERVER_ERRORS_THRESHOLD,
     for: `${OUTAGE_FOR_SECONDS}s`,
     severity: 'page',
     panel: PANELS.serverErrors,
     adminPath: '/admin',
     summary: (v) => `{{ ${v} | humanizePercentage }} of API answers of {{ $labels.instance }} are 5xx`,
-    description: (v) => `For ${OUTAGE_FOR_SECONDS} s, {{ ${v} | humanizePercentage }} of the answers on /api/... of {{ $labels.instance }} (job {{ $labels.job }}) have been 5xx (threshold ${SERVER_ERRORS_THRESHOLD * 100}%, over ${SERVER_ERRORS_WINDOW}, at least ${SERVER_ERRORS_MIN} of them): payments are failing. 503 means the database is away (see IdempotencyNotReady), 502 the payment provider, 504 requests running into their deadline. The service's log has one line per failed request, with its request id.`,
+    description: (v) => `For ${OUTAGE_FOR_SECONDS} s, {{ ${v} | humanizePercentage }} of the answers on /api/... of {{ $labels.instance }} (job {{ $labels.job }}) have been 5xx (threshold ${SERVER_ERRORS_THRESHOLD * 100}%, over ${SERVER_ERRORS_WINDOW}, at least ${SERVER_ERRORS_MIN} of them): payments are failing. 502 means the payment provider, 504 requests running into their deadline, 503 a database that fails statements while it answers the probe (an instance that lost its database within the minute pages as IdempotencyNotReady instead, once). The service's log has one line per failed request, with its request id.`,
   },
   {
     uid: 'idem-provider-slow',

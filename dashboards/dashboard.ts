@@ -110,7 +110,9 @@ export function buildDashboard(settings: BuildSettings = DEFAULT_SETTINGS): dash
       .min(0)
       .thresholdsStyle(new common.GraphThresholdsStyleConfigBuilder().mode(common.GraphThresholdsStyleMode.Line))
       .thresholds(thresholds([null, 'green'], [SERVER_ERRORS_THRESHOLD, 'red']))
-      .withTarget(query(`sum(rate(http_requests_total{${SELECTED}, route=~"/api/.*", status=~"5.."}[$__rate_interval])) / sum(rate(http_requests_total{${SELECTED}, route=~"/api/.*"}[$__rate_interval]))`, '5xx / all')))
+      .withTarget(query(`sum(rate(http_requests_total{${SELECTED}, route=~"/api/.*", status=~"5.."}[$__rate_interval])) / sum(rate(http_requests_total{${SELECTED}, route=~"/api/.*"}[$__rate_interval]))`, '5xx / all', 'A'))
+      // The alert leaves out an instance that lost its database within its minute (that outage pages as readiness).
+      .withTarget(query(`count(min_over_time(idempotency_ready{${SELECTED}}[1m]) == 0) or vector(0)`, 'instances that lost their database within the minute', 'B')))
     .withPanel(graph(PANELS.refusalsByTenant, `Requests refused with 429 at their tenant's limits, per second, by tenant and reason (rate_limited: TENANT_RATE_LIMIT; too_many_in_flight: TENANT_MAX_IN_FLIGHT). The ticket alert fires above ${TENANT_REFUSALS_THRESHOLD}/s for a tenant for 10 minutes.`, 'reqps')
       .withTarget(query(tenantRefusals(SELECTED, '$__rate_interval'), '{{tenant}}: {{reason}}')))
     .withPanel(graph(PANELS.targetsUp, 'Per target: 1 when Prometheus\'s last scrape of it succeeded, 0 when it failed. The target-down alert fires after 2 minutes at 0, or when the job has no target at all.', 'none')

@@ -109,6 +109,17 @@ export function serverErrorRatio(window: string, filter = '', by: readonly strin
     + ` and${by.length ? '' : ' on()'} ${aggregate('sum', by)}increase(${errors}[${window}])) >= ${SERVER_ERRORS_MIN}`
 }
 
+/**
+ * `ratio`, left out for an instance that lost its database at any moment of
+ * `window`: one outage pages once, as IdempotencyNotReady, and the 5xx of
+ * its minute (the window still holds them after the database is back) page
+ * nobody a second time. A 60 s outage used to page "server errors" as well,
+ * and that alert stayed firing 67 s after the outage ended.
+ */
+export function unlessNotReady(ratio: string, filter: string, window: string): string {
+  return `${ratio} unless on(job, instance) min_over_time(idempotency_ready${matchers(filter)}[${window}]) == 0`
+}
+
 /** 1 per instance that does not reach its database (idempotency_ready 0), 0 for one that does. */
 export function notReady(filter: string, by: readonly string[] = ['instance']): string {
   return `${aggregate('max', by)}1 - idempotency_ready${matchers(filter)})`

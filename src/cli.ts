@@ -285,7 +285,8 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
         ['released', `${time(detail.releasedAt)}${detail.releaseReason ? ` (${detail.releaseReason})` : ''}`],
         ['summary', detail.summary ? visibleBidi(JSON.stringify(detail.summary)) : '-'],
         ['replayed until', time(detail.retentionEndsAt)],
-        ['request id', detail.requestId],
+        ['request id', detail.httpRequestId ?? '-'],
+        ['execution id', detail.requestId],
         ['downstream key', detail.downstreamKey],
         ['payment', detail.payment ? `${detail.payment.id}: ${detail.payment.amount} ${detail.payment.currency} for ${detail.payment.customer}, charge ${detail.payment.providerReference}` : '-'],
       ])

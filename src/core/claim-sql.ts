@@ -18,6 +18,8 @@ export interface ClaimMember {
   readonly ttl: number
   /** A route-chosen summary of the request (customer, amount) for operators. */
   readonly summary: Readonly<Record<string, string | number | boolean | null>> | null
+  /** The HTTP request's id (its log lines' `request_id`), shown to operators with the key. */
+  readonly http_request_id: string | null
 }
 
 export interface ClaimRow {
@@ -94,7 +96,7 @@ export const claimBatchSql = `/* idempotent-post: claim */
   with input as (
     select i.*, coalesce(i.now, now()) as at
       from jsonb_to_recordset($1::text::jsonb) as i(n int, tenant text, key text, method text, path text, fingerprint text,
-                                             lease bigint, owner uuid, now timestamptz, ttl float8, summary jsonb)
+                                             lease bigint, owner uuid, now timestamptz, ttl float8, summary jsonb, http_request_id text)
      where ${FEW_MEMBERS}
   ),
   seen as (
@@ -114,9 +116,9 @@ export const claimBatchSql = `/* idempotent-post: claim */
       ) k on true
   ),
   fresh as (
-    insert into idempotency_keys as k (tenant, key, method, path, fingerprint, status, lease, owner, summary,
+    insert into idempotency_keys as k (tenant, key, method, path, fingerprint, status, lease, owner, summary, http_request_id,
                                        created_at, locked_at, stale_at)
-    select i.tenant, i.key, i.method, i.path, i.fingerprint, 'processing', i.lease, i.owner, i.summary,
+    select i.tenant, i.key, i.method, i.path, i.fingerprint, 'processing', i.lease, i.owner, i.summary, i.http_request_id,
            i.at, i.at, ${cutoffText('deadline', 'i.at', 'i.ttl')}
       from input i join seen s on s.n = i.n
      where s.lease is null

@@ -22,6 +22,11 @@ export function ownerAliveCondition(sql: Sql, now: Date | null | undefined) {
        and p.heartbeat_at > coalesce(${now ?? null}::timestamptz, now()) - make_interval(secs => ${PROCESS_ALIVE_SECONDS})))`
 }
 
+/** SQL condition: the process row `p` has a recent heartbeat (the migration runner counts the live processes). */
+export function processAlive(sql: Sql) {
+  return sql`p.heartbeat_at > now() - make_interval(secs => ${PROCESS_ALIVE_SECONDS})`
+}
+
 export interface ProcessHeartbeat {
   /** This process's id: the `owner` of every key it claims. */
   readonly id: string

@@ -36,7 +36,7 @@ export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOve
       taken as (
         update idempotency_keys k
            set lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)},
-               attempts = k.attempts + 1, owner = ${claimant.owner ?? null}::uuid
+               attempts = k.attempts + 1, owner = ${claimant.owner ?? null}::uuid, http_request_id = ${claimant.httpRequestId ?? null}
           from target, params p
          where k.tenant = target.tenant and k.key = target.key
         returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
@@ -69,7 +69,7 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
         update idempotency_keys k
            set status = 'processing', released_at = null, release_reason = null,
                lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)},
-               owner = ${claimant.owner ?? null}::uuid,
+               owner = ${claimant.owner ?? null}::uuid, http_request_id = ${claimant.httpRequestId ?? null},
                ${sameRequest
                  ? sql`attempts = k.attempts + 1`
                  : sql`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(), attempts = 1, created_at = p.now,
@@ -102,6 +102,7 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
         update idempotency_keys k
            set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(),
                status = 'processing', lease = ${claimant.lease ?? newLeaseId()}::bigint, attempts = 1, owner = ${claimant.owner ?? null}::uuid,
+               http_request_id = ${claimant.httpRequestId ?? null},
                created_at = p.now, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)}, completed_at = null,
                response_status = null, response_headers = null, response_body = null,
                summary = ${claimant.summary ? sql.json(claimant.summary) : null}::jsonb

@@ -48,6 +48,8 @@ export interface Claimant extends Timing {
   readonly lease?: string | undefined
   /** A small summary of the request chosen by the route (customer, amount), stored with the claim for operators. */
   readonly summary?: Readonly<Record<string, string | number | boolean | null>> | null | undefined
+  /** The HTTP request's id (X-Request-Id, or the one the service answers with), stored with the key for operators: the id of its log lines. */
+  readonly httpRequestId?: string | null | undefined
 }
 
 /** The outcome of trying to claim a key: the HTTP layer maps each kind to one status. */

@@ -318,6 +318,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     const claimSentAt = performance.now()
     const claiming = claim(pools.short, identity, {
       ttlSeconds, retentionSeconds, now: options.now?.(), owner: options.owner?.(), lease: leaseId, summary: summaryOf(valid.value),
+      httpRequestId: requestIdOf(request),
     }, { signal: claimDeadline, recovery: recoveryUntil(claimSentAt + CLAIM_TIMEOUT_MS) })
     let claimed: ClaimResult
     try {

@@ -53,7 +53,9 @@ export function keyDetailJson(detail: KeyDetail) {
     fingerprint: detail.fingerprint,
     lease: detail.lease,
     attempts: detail.attempts,
+    // request_id stays the execution's id (as released); http_request_id is the id of the request's log lines.
     request_id: detail.requestId,
+    http_request_id: detail.httpRequestId,
     downstream_key: detail.downstreamKey,
     created_at: detail.createdAt.toISOString(),
     locked_at: detail.lockedAt.toISOString(),

@@ -47,7 +47,10 @@ export interface KeyDetail {
   readonly lease: string
   readonly attempts: number
   /** The logical request; kept across reclaims and releases of the same request. */
+  /** The execution's own id: what the downstream key is made of. */
   readonly requestId: string
+  /** The id of the HTTP request that last ran it (its X-Request-Id, or the one answered with): the id of its log lines; null from releases before 0.3. */
+  readonly httpRequestId: string | null
   /** The Idempotency-Key the service sends the provider for this request (downstream-key.ts): ask the provider with it. */
   readonly downstreamKey: string
   readonly createdAt: Date
@@ -96,6 +99,7 @@ interface Row {
   lease: string
   attempts: number
   request_id: string
+  http_request_id: string | null
   owner: string | null
   created_at: Date
   locked_at: Date
@@ -137,7 +141,7 @@ export async function showKey(context: OperationsContext, tenant: string, key: s
   const [row] = await sql<Row[]>`
     with params as (select coalesce(${now}::timestamptz, now()) as now)
     select k.tenant, k.key, k.status, k.method, k.path, k.fingerprint, k.lease::text as lease, k.attempts,
-           k.request_id::text as request_id, k.owner::text as owner,
+           k.request_id::text as request_id, k.http_request_id, k.owner::text as owner,
            k.created_at, k.locked_at, k.completed_at, k.released_at, k.release_reason, k.summary, k.response_status,
            left(k.response_body, ${MAX_BODY_SHOWN + 1}) as response_body,
            greatest(0, extract(epoch from (params.now - k.locked_at)))::float8 as age_seconds,
@@ -166,6 +170,7 @@ export async function showKey(context: OperationsContext, tenant: string, key: s
     lease: row.lease,
     attempts: row.attempts,
     requestId: row.request_id,
+    httpRequestId: row.http_request_id,
     downstreamKey: downstreamKey({ tenant: row.tenant, key: row.key, requestId: row.request_id }),
     createdAt: row.created_at,
     lockedAt: row.locked_at,

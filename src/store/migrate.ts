@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import { requireUtf8 } from './encoding'
-import { PROCESS_ALIVE_SECONDS } from '../core/processes'
+import { processAlive } from '../core/processes'
 
 /** sql/: one folder per migration line (sql/README.md). */
 export const SQL_DIR = join(import.meta.dir, '..', '..', 'sql')
@@ -233,7 +233,7 @@ async function processesNotKnowing(sql: Sql, requires: Readonly<Record<string, n
   if (!await exists(sql, 'idempotency_processes')) return 0
   const [row] = await sql<{ n: number }[]>`
     select count(*)::int as n from idempotency_processes p
-     where p.heartbeat_at > now() - make_interval(secs => ${PROCESS_ALIVE_SECONDS})
+     where ${processAlive(sql)}
        and (p.schema_known is null
             or exists (select 1 from jsonb_each_text(${sql.json(requires as Record<string, number>)}::jsonb) r(line, version)
                         where p.schema_known ? r.line and (p.schema_known->>r.line)::int < r.version::int))`

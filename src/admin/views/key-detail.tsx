@@ -75,7 +75,9 @@ export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
         {detail.retentionEndsAt
           ? <><dt>Replayed until</dt><dd class="mono" safe>{`${time(detail.retentionEndsAt)} (retention ${props.retentionSeconds}s)${detail.pastRetention ? ': passed, to purge' : ''}`}</dd></>
           : ''}
-        <dt>Request id</dt><dd class="mono" safe>{detail.requestId}</dd>
+        <dt>Request id</dt>
+        <dd><span class="mono" safe>{detail.httpRequestId ?? '-'}</span><br /><span class="muted">The X-Request-Id of the request that last ran this key (the client's, or the one it was answered with): the <code>request_id</code> of its log lines.</span></dd>
+        <dt>Execution id</dt><dd class="mono" safe>{detail.requestId}</dd>
         <dt>Downstream key</dt>
         <dd><span class="mono" safe>{detail.downstreamKey}</span><br /><span class="muted">The Idempotency-Key this request sends the payment provider, the same on every re-run: ask the provider about it to learn whether a charge was recorded.</span></dd>
       </dl>

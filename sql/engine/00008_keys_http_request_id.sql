@@ -1,0 +1,11 @@
+-- @online
+-- The id of the HTTP request that last ran the key: the client's X-Request-Id
+-- when it sent a sane one (src/http/request-id.ts, up to 128 characters), else
+-- the one the service made, which it answered with. The same id is in every
+-- log line about that request, so the admin's key page and the CLI show the
+-- id an operator greps the log for (request_id stays what it was: the
+-- execution's own id, which the downstream key is made of).
+--
+-- Online: a nullable column without a default is a catalog change only; keys
+-- claimed by the release before show none.
+alter table idempotency_keys add column http_request_id text check (length(http_request_id) <= 128);
