@@ -241,7 +241,7 @@ export function buildProgram(io: CliIo = processIo, state: RunState = { exitCode
       if (page.keys.length === 0) print(options.cursor ? 'no more keys' : 'no key in processing matches')
       else table([
         ['STATE', 'TENANT', 'KEY', 'ROUTE', 'AGE', 'ATTEMPTS', 'LEASE'],
-        ...page.keys.map((key) => [key.stale ? 'stale' : 'running', key.tenant, key.key, `${key.method} ${key.path}`, formatAge(key.ageSeconds), String(key.attempts), key.lease]),
+        ...page.keys.map((key) => [key.stale ? 'stale' : key.workedOn ? 'running' : 'owner gone', key.tenant, key.key, `${key.method} ${key.path}`, formatAge(key.ageSeconds), String(key.attempts), key.lease]),
       ])
       if (page.nextCursor) print(`more: add --cursor ${page.nextCursor}`)
     }))

@@ -14,6 +14,7 @@
 export { checkSchema, ENGINE_MIGRATIONS, migrate, type MigrationLine, type MigrationResult } from './store/migrate'
 export { openPools, SESSION_SETTINGS, type Pool, type PoolOptions, type Pools } from './store/db'
 export { claim } from './core/claim'
+export { startHeartbeat, type HeartbeatOptions, type ProcessHeartbeat } from './core/processes'
 export { complete, type Recording, type TransactionSql } from './core/complete'
 export { release } from './core/release'
 export { reclaim } from './core/reclaim'

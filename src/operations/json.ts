@@ -23,6 +23,7 @@ export function keyJson(key: ProcessingKey) {
     locked_at: key.lockedAt.toISOString(),
     age_seconds: Math.floor(key.ageSeconds),
     stale: key.stale,
+    worked_on: key.workedOn,
   }
 }
 

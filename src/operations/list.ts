@@ -1,4 +1,4 @@
-import { stale, staleEntry } from '../core/policy'
+import { stale, staleEntry, workedOnCondition } from '../core/policy'
 import { OperationInputError, type OperationsContext } from './context'
 import { decodeCursor, encodeCursor } from './cursor'
 import { filterConditions, type KeyFilters } from './filters'
@@ -19,6 +19,12 @@ export interface ProcessingKey {
   readonly ageSeconds: number
   /** Past its deadline (policy.ts): its worker has stopped. */
   readonly stale: boolean
+  /**
+   * A live request works on it (its owner's heartbeat lists its lease,
+   * policy.ts workedOn): false for a key whose process is gone or whose
+   * claim's answer was lost, which a retry or an operator may take over now.
+   */
+  readonly workedOn: boolean
 }
 
 export interface KeyPage {
@@ -58,6 +64,7 @@ interface Row {
   stale_at_text: string
   age_seconds: number
   stale: boolean
+  worked_on: boolean
 }
 
 /**
@@ -81,7 +88,8 @@ export async function listKeys(context: OperationsContext, filters: KeyFilters, 
     select k.tenant, k.key, k.method, k.path, k.lease, k.attempts, k.created_at, k.locked_at, pr.stale_at,
            pr.stale_at::text as stale_at_text,
            greatest(0, extract(epoch from (p.now - k.locked_at)))::float8 as age_seconds,
-           ${stale(sql, sql`p.now`)} as stale
+           ${stale(sql, sql`p.now`)} as stale,
+           ${workedOnCondition(sql, now)} as worked_on
       from idempotency_processing pr
       join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key, params p
      where k.status = 'processing'
@@ -105,6 +113,7 @@ export async function listKeys(context: OperationsContext, filters: KeyFilters, 
       staleAt: row.stale_at,
       ageSeconds: row.age_seconds,
       stale: row.stale,
+      workedOn: row.worked_on,
     })),
     nextCursor: rows.length > limit && last ? encodeCursor({ at: last.stale_at_text, tenant: last.tenant, key: last.key }) : undefined,
   }

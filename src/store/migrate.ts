@@ -140,11 +140,13 @@ export function knownVersions(lines: readonly MigrationLine[] = SERVICE_LINES): 
 /**
  * A lock the migration waits for no longer than this: an online step takes
  * its lock for milliseconds, but waiting for one puts every query of the
- * serving release on that table in the queue behind it. Past it the run is
- * rolled back and tried again (LOCK_ATTEMPTS), the service serving between.
+ * serving release on that table in the queue behind it, and the service's
+ * own statements give up after 1 s (store/db.ts LOCK_TIMEOUT_MS). Past it the
+ * step is rolled back and tried again (LOCK_ATTEMPTS, a growing pause), the
+ * service serving between.
  */
-const MIGRATION_LOCK_TIMEOUT_MS = 2_000
-const LOCK_ATTEMPTS = 5
+const MIGRATION_LOCK_TIMEOUT_MS = 500
+const LOCK_ATTEMPTS = 20
 
 /**
  * Applies the pending migrations of `lines` (default: the engine's only)
@@ -152,8 +154,11 @@ const LOCK_ATTEMPTS = 5
  *
  * Several processes starting at once would race, so the whole run holds a
  * session advisory lock on a single-connection client: the others wait,
- * then find nothing left to do. Everything pending, across lines, runs in
- * one transaction: a failed file leaves the database as it was. A database
+ * then find nothing left to do. On a new database everything runs in one
+ * transaction: a failed file leaves it as it was. On a database in use each
+ * file runs in a short transaction of its own, recorded with it (a failed
+ * file leaves the database after the last one that succeeded), so an online
+ * step holds its lock for its own statement only. A database
  * migrated by a newer release (a version beyond this release's files) is
  * refused rather than run against a schema we don't understand.
  */
@@ -164,46 +169,64 @@ export async function migrate(url: string, options: { lines?: readonly Migration
   try {
     await requireUtf8(sql)
     await sql`select pg_advisory_lock(${MIGRATION_LOCK_ID})`
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await sql.begin((tx) => applyPending(tx, lines, known))
-      } catch (error) {
-        if ((error as { code?: unknown }).code !== '55P03' || attempt >= LOCK_ATTEMPTS) throw error
-        await Bun.sleep(250 * attempt)
-      }
-    }
+    // A database no line has touched yet serves nobody: everything in one transaction, nothing half-made.
+    const fresh = (await Promise.all(lines.map((line) => versionOf(sql, line)))).every((version) => version === 0) && await legacyVersion(sql) === undefined
+    if (fresh) return await retryingLocks(() => sql.begin((tx) => applyPending(tx, lines, known, (step) => step(tx))))
+    // A serving database: one short transaction per file, so no step holds its lock while the next one waits for another.
+    return await applyPending(sql, lines, known, <T>(step: (tx: Sql) => Promise<T>) => retryingLocks(() => sql.begin(step) as Promise<T>))
   } finally {
     await sql`select pg_advisory_unlock(${MIGRATION_LOCK_ID})`.catch(() => undefined)
     await sql.end({ timeout: 5 })
   }
 }
 
-async function applyPending(tx: Sql, lines: readonly MigrationLine[], known: ReadonlyMap<MigrationLine, Migration[]>): Promise<MigrationResult> {
-  const adopted = await adoptLegacy(tx)
+/** Runs `run` again (with a growing pause) while it fails on a lock it waited MIGRATION_LOCK_TIMEOUT_MS for. */
+async function retryingLocks<T>(run: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run()
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== '55P03' || attempt >= LOCK_ATTEMPTS) throw error
+      await Bun.sleep(100 * attempt)
+    }
+  }
+}
+
+type Step = <T>(body: (tx: Sql) => Promise<T>) => Promise<T>
+
+async function applyPending(sql: Sql, lines: readonly MigrationLine[], known: ReadonlyMap<MigrationLine, Migration[]>, step: Step): Promise<MigrationResult> {
+  const adopted = await step(async (tx) => {
+    const found = await adoptLegacy(tx)
+    for (const line of lines) await ensureTable(tx, line)
+    return found
+  })
   let applied = 0
   const versions: Record<string, number> = {}
   const pending: PendingContract[] = []
   const ahead: Record<string, number> = {}
   for (const line of lines) {
-    await ensureTable(tx, line)
     const migrations = known.get(line)!
-    const current = await versionOf(tx, line)
+    const current = await versionOf(sql, line)
     versions[line.name] = current
     if (current > migrations.length) {
-      await requireOnlineAhead(tx, line, migrations.length, current)
+      await requireOnlineAhead(sql, line, migrations.length, current)
       ahead[line.name] = current
       continue
     }
     for (const migration of migrations.slice(current)) {
-      if (migration.requires) {
-        const waitingFor = await processesNotKnowing(tx, migration.requires)
-        if (waitingFor > 0) {
-          pending.push({ line: line.name, version: migration.version, name: migration.name, requires: migration.requires, waitingFor })
-          break
+      const waitingFor = await step(async (tx) => {
+        if (migration.requires) {
+          const waiting = await processesNotKnowing(tx, migration.requires)
+          if (waiting > 0) return waiting
         }
+        await tx.unsafe(readFileSync(migration.file, 'utf8'))
+        await tx`insert into ${tx(line.table)} (version, name, online) values (${migration.version}, ${migration.name}, ${migration.online})`
+        return 0
+      })
+      if (waitingFor > 0) {
+        pending.push({ line: line.name, version: migration.version, name: migration.name, requires: migration.requires!, waitingFor })
+        break
       }
-      await tx.unsafe(readFileSync(migration.file, 'utf8'))
-      await tx`insert into ${tx(line.table)} (version, name, online) values (${migration.version}, ${migration.name}, ${migration.online})`
       versions[line.name] = migration.version
       applied++
     }

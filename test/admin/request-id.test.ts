@@ -53,3 +53,36 @@ test('without one, the id the service answered with is the one stored', async ()
   const [row] = await db.sql<{ id: string }[]>`select http_request_id as id from idempotency_keys where key = ${key}`
   expect(row!.id).toBe(own)
 })
+
+// Catches: a completed key that the admin cannot find (the list shows keys in processing only).
+test('the list page finds a key in any state by its tenant and key', async () => {
+  const key = `find-${crypto.randomUUID()}`
+  await db.sql`insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at, response_status, response_headers, response_body)
+    values ('acme', ${key}, 'POST', '/api/payments', ${'e'.repeat(64)}, 'done', now(), now(), now(), 201, '{}'::jsonb, '{}')`
+  const signed = await signIn(url)
+  const list = await (await fetch(`${url}/admin`, { headers: { cookie: signed.cookie } })).text()
+  expect(list).toContain('<form class="filters" method="get" action="/admin/key" id="find-key">')
+  expect(list).not.toContain(key)
+  const found = await fetch(`${url}/admin/key?${new URLSearchParams({ tenant: 'acme', key })}`, { headers: { cookie: signed.cookie } })
+  expect(found.status).toBe(200)
+  expect(await found.text()).toContain(key)
+})
+
+// Catches: a key whose process is gone listed as "running" (it may be taken over now).
+test('the list says "owner gone" for a key in processing whose process no longer beats, "running" for one a live process works on', async () => {
+  const { claim } = await import('../../src/core/claim')
+  const { identity } = await import('../support/keys')
+  const gone = crypto.randomUUID()
+  const live = crypto.randomUUID()
+  await db.sql`insert into idempotency_processes (id, pid, hostname, heartbeat_at) values (${gone}, 1, 'gone', now() - interval '1 minute'), (${live}, 2, 'live', now())`
+  const timing = { ttlSeconds: 30, retentionSeconds: 86_400 }
+  const orphan = identity({ key: `orphan-${crypto.randomUUID()}` })
+  const worked = identity({ key: `worked-${crypto.randomUUID()}` })
+  await claim(db.pools.short, orphan, { ...timing, owner: gone })
+  await claim(db.pools.short, worked, { ...timing, owner: live })
+  const signed = await signIn(url)
+  const page = await (await fetch(`${url}/admin?tenant=acme`, { headers: { cookie: signed.cookie } })).text()
+  const rowOf = (key: string) => page.split('<tr').find((row) => row.includes(key)) ?? ''
+  expect(rowOf(orphan.key)).toContain('owner gone')
+  expect(rowOf(worked.key)).toContain('>running<')
+})

@@ -78,8 +78,12 @@ test.skipIf(!npm)('the tarball: what the entry points import, the engine\'s SQL,
   const build = await Bun.build({ entrypoints: ENTRY_POINTS.map((file) => join(REPO, file)), target: 'bun', packages: 'external', metafile: true, outdir: join(temp, 'closure') })
   const imported = Object.keys(build.metafile!.inputs).map((path) => path.replace(/^(\.\.\/)*/, '').replace(`${REPO}/`, ''))
   expect(imported.filter((file) => !tarball.files.includes(file))).toEqual([])
-  for (const file of ['package.json', 'README.md', 'sql/engine/00001_idempotency_keys.sql', 'dist/types/index.d.ts', 'dist/types/http/index.d.ts', 'dist/types/engine.d.ts', 'dist/types/client/index.d.ts'])
+  for (const file of ['package.json', 'README.md', 'CHANGELOG.md', 'sql/engine/00001_idempotency_keys.sql', 'dist/types/index.d.ts', 'dist/types/http/index.d.ts', 'dist/types/engine.d.ts', 'dist/types/client/index.d.ts'])
     expect(tarball.files).toContain(file)
+  // Every file an export names is in the tarball (`./driver-fixes`'s types pointed at one it lacked).
+  const named = Object.values(pkg.exports as Record<string, string | Record<string, string>>)
+    .flatMap((target) => (typeof target === 'string' ? [target] : Object.values(target))).map((path) => path.replace(/^\.\//, ''))
+  expect(named.filter((path) => !tarball.files.includes(path))).toEqual([])
   expect(tarball.files.filter((file) => /^(test|bench|docs|dashboards|examples|\.ci|node_modules|\.data)\//.test(file) || /\.test\.ts$/.test(file) || /\.png$/.test(file))).toEqual([])
   expect(tarball.size).toBeLessThan(200_000)
   // dependencies: exactly the packages the entry points import, less the peers (one Elysia, one TypeBox: the app's).

@@ -104,7 +104,7 @@ test('a schema newer than this release knows is refused, and nothing is run', as
   expect((await migrate(url)).applied).toBe(0)
 })
 
-test('a failing migration leaves the database as it was: every pending file runs in one transaction', async () => {
+test('on a new database a failing migration leaves it as it was: every pending file runs in one transaction', async () => {
   const { url, sql } = await emptyDatabase('atomic')
   const dir = mkdtempSync(join(tmpdir(), 'idem-line-'))
   try {
@@ -268,5 +268,22 @@ test('a database ahead of this release by online steps is served as is; by any o
   } finally {
     rmSync(next.dir, { recursive: true, force: true })
     rmSync(current.dir, { recursive: true, force: true })
+  }
+})
+
+// Catches: a run on a serving database that holds an online step's lock while the next step waits (the release
+// serving beside it answered 503s in the rolling-upgrade test), or one that records a file it did not apply.
+test('on a database in use each file runs in a transaction of its own: a failure keeps the files before it, recorded', async () => {
+  const { url, sql } = await emptyDatabase('per_file')
+  const { line, dir } = lineOf('shop', { '00001_orders.sql': 'create table shop_orders (id int primary key);' })
+  try {
+    await migrate(url, { lines: [line] })
+    writeFileSync(join(dir, '00002_notes.sql'), '-- @online\nalter table shop_orders add column note text;')
+    writeFileSync(join(dir, '00003_broken.sql'), 'create table shop_half (id int);\nselect no_such_function();')
+    await expect(migrate(url, { lines: [line] })).rejects.toThrow(/no_such_function/)
+    expect((await sql`select version, online from shop_migrations order by version`).map((row) => [row.version, row.online])).toEqual([[1, false], [2, true]])
+    expect((await sql`select to_regclass('shop_half') as t`)[0]!.t).toBeNull()
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
   }
 })

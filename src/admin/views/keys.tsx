@@ -58,6 +58,11 @@ export function KeysPage(props: KeysPageProps): JSX.Element {
           ))}
         </div>
       ) : ''}
+      <form class="filters" method="get" action="/admin/key" id="find-key">
+        <label>Tenant<input type="text" name="tenant" required value={escapeHtml(filters.tenant ?? '')} /></label>
+        <label>Idempotency-Key (exact)<input type="text" name="key" required /></label>
+        <button type="submit">Find a key in any state</button>
+      </form>
       <form class="filters" method="get" action="/admin">
         <label>Tenant<input type="text" name="tenant" value={escapeHtml(filters.tenant ?? '')} /></label>
         <label>Route (method path)<input type="text" name="route" placeholder="POST /api/payments" value={escapeHtml(filters.route ?? '')} /></label>
@@ -109,7 +114,7 @@ function KeyRow({ entry, back }: { entry: ProcessingKey; back: string | undefine
   const detail = keyHref(entry.tenant, entry.key, { back })
   return (
     <tr class={entry.stale ? 'stale' : ''}>
-      <td data-label="State">{entry.stale ? <span class="tag stale">stale</span> : <span class="tag fresh">running</span>}</td>
+      <td data-label="State">{entry.stale ? <span class="tag stale">stale</span> : entry.workedOn ? <span class="tag fresh">running</span> : <span class="tag stale" title="No live process works on it: its process is gone or its claim's answer was lost. A retry takes it over; it may be force-expired.">owner gone</span>}</td>
       <td data-label="Tenant" class="mono" safe>{entry.tenant}</td>
       <td data-label="Key" class="key"><a href={escapeHtml(detail)} safe>{entry.key}</a></td>
       <td data-label="Route" class="mono" safe>{`${entry.method} ${entry.path}`}</td>
