@@ -1,6 +1,6 @@
 import type postgres from 'postgres'
 import { Elysia } from 'elysia'
-import type { TSchema } from '@sinclair/typebox'
+import { TransformKind, type TSchema } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { claim, inProgress } from '../core/claim'
 import { complete, type TransactionSql } from '../core/complete'
@@ -23,7 +23,7 @@ import { parseIdempotencyKey } from './idempotency-key'
 import { detail, idempotentOperation, type RouteDocs } from './operation'
 import { PLUGIN_PROBLEMS, problem, ProblemError, problemResponse, PROBLEM_CONTENT_TYPE, type Problem, type ProblemCatalogue } from './problem'
 import type { ClaimTicket, InFlight } from './in-flight'
-import { problemInstance, requestIdOf, requestLogger } from './request-id'
+import { problemInstance, requestIdOf, requestLogger, stampedByPlugin } from './request-id'
 import { errorText, type Logger } from '../log'
 import { pathnameOf } from './client'
 
@@ -251,7 +251,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   async function handle(request: Request): Promise<Response> {
     const done = options.inFlight?.track(request)
     try {
-      return await admit(request)
+      return await stampedByPlugin(request, await admit(request))
     } finally {
       done?.()
     }
@@ -563,13 +563,28 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     })
 }
 
-/** The check of a TypeBox body schema, compiled once (TypeBox's checker is a generated function, ~50x faster than interpreting). */
+/**
+ * The check of a TypeBox body schema, compiled once (TypeBox's checker is a
+ * generated function, ~50x faster than interpreting). A schema with
+ * transforms (Elysia's `t.Integer()`, `t.Numeric()` take "4" and mean 4) is
+ * decoded too, so `act` gets the type the schema says: before, `"4"` passed
+ * the check and reached `act` as a string while TypeScript said number.
+ */
 function schemaValidator<Body>(schema: (TSchema & { static: Body }) | undefined): (body: unknown) => Validation<Body> {
   if (!schema) throw new TypeError('idempotentPost: give the route a body schema or a validate function')
   const check = TypeCompiler.Compile(schema)
+  const decodes = hasTransform(schema)
   return (body) => check.Check(body)
-    ? { ok: true, value: body as Body }
+    ? { ok: true, value: (decodes ? check.Decode(body) : body) as Body }
     : { ok: false, errors: [...check.Errors(body)].slice(0, 10).map((error) => `${error.path || '/'}: ${error.message}`) }
+}
+
+/** Whether `schema`, or any schema inside it, transforms what it checks. */
+function hasTransform(schema: unknown, seen = new Set<unknown>()): boolean {
+  if (typeof schema !== 'object' || schema === null || seen.has(schema)) return false
+  seen.add(schema)
+  if (TransformKind in schema) return true
+  return Object.values(schema).some((inner) => hasTransform(inner, seen))
 }
 
 /**

@@ -44,6 +44,8 @@ export function problemInstance(requestId: string): string {
 
 interface RequestContext {
   readonly id: string
+  /** Decided by withRequestIds, which stamps the answer on its way out; else the plugin stamps its own. */
+  readonly edge?: boolean
   /** Set once a line about this request was written at info level or above. */
   logged: boolean
   /** The id the client sent, when it was refused (logged escaped with the edge's line). */
@@ -60,6 +62,17 @@ function contextOf(request: Request): RequestContext {
     contexts.set(request, context)
   }
   return context
+}
+
+/**
+ * `response` with this request's id (`X-Request-Id`, and a problem's
+ * `instance`), unless withRequestIds will stamp it on its way out: the
+ * plugin mounted in an app of its own answers with the id of its log lines
+ * as the service does.
+ */
+export async function stampedByPlugin(request: Request, response: Response): Promise<Response> {
+  const context = contextOf(request)
+  return context.edge ? response : (await stamped(response, context.id)).response
 }
 
 /** This request's id. */
@@ -104,7 +117,7 @@ export function withRequestIds(fetch: (request: Request) => Promise<Response>, o
     const started = performance.now()
     const sent = request.headers.get(REQUEST_ID_HEADER)
     const accepted = acceptRequestId(sent)
-    const context: RequestContext = { id: accepted ?? newRequestId(), logged: false, ...(sent !== null && !accepted ? { refused: sent } : {}) }
+    const context: RequestContext = { id: accepted ?? newRequestId(), logged: false, edge: true, ...(sent !== null && !accepted ? { refused: sent } : {}) }
     contexts.set(request, context)
     const { response, code } = await stamped(await fetch(request), context.id)
     if (response.status >= 500 && !context.logged) {

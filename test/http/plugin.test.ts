@@ -108,3 +108,40 @@ test('the route\'s own validation refuses with 400 and stores nothing', async ()
   const [row] = await db.sql`select count(*)::int as n from idempotency_keys where key = ${key}`
   expect(row!.n).toBe(0)
 })
+
+// Catches: a body schema with transforms checked but not decoded ("4" reached act as a string while TypeScript said number).
+test('a body given as Elysia\'s t.Object with t.Integer reaches act decoded: "4" is the number 4', async () => {
+  const { t } = await import('elysia')
+  const seen: unknown[] = []
+  const app = new Elysia().use(idempotentPost({ pools: db.pools, tenant: () => 't-schema' }, {
+    path: '/seats',
+    body: t.Object({ seats: t.Integer() }),
+    act: async ({ body }) => { seen.push(body.seats) },
+    recordRows: ({ body }) => ({ status: 201, body: { seats: body.seats }, insert: {} }),
+  }))
+  const post = (key: string, body: unknown) => app.handle(new Request('http://plugin.test/seats', {
+    method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify(body),
+  }))
+  const answer = await post(`seats-${crypto.randomUUID()}`, { seats: '4' })
+  expect(answer.status).toBe(201)
+  expect(await answer.json()).toEqual({ seats: 4 })
+  expect(seen).toEqual([4])
+  expect((await post(`seats-${crypto.randomUUID()}`, { seats: 'four' })).status).toBe(400)
+})
+
+// Catches: a plugin app's answers without X-Request-Id, and its problems without `instance` (the service's edge stamped them, the plugin alone did not).
+test('mounted alone, the plugin answers with the request\'s id: X-Request-Id on every answer, `instance` in its problems', async () => {
+  const key = `rid-${crypto.randomUUID()}`
+  const first = await fetch(`${url}/transfers`, {
+    method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-tenant': 't1', 'x-request-id': 'client-abc' },
+    body: JSON.stringify({ from: 'alice', to: 'bob', cents: 1 }),
+  })
+  expect(first.headers.get('x-request-id')).toBe('client-abc')
+  const other = await fetch(`${url}/transfers`, {
+    method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-tenant': 't1' },
+    body: JSON.stringify({ from: 'alice', to: 'bob', cents: 2 }),
+  })
+  const id = other.headers.get('x-request-id')
+  expect({ status: other.status, id: typeof id === 'string' && id.length > 0 }).toEqual({ status: 422, id: true })
+  expect(await other.json()).toMatchObject({ code: 'idempotency-key-reused', instance: `urn:idempotent-post:request:${id}` })
+})
