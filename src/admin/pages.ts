@@ -19,7 +19,7 @@ import { CrossSiteError, NotFoundError, SignedOutError } from './errors'
 import { CONTENT_SECURITY_POLICY, type Operator } from './layout'
 import { auditHref, backFilters, backOf, keyHref, listHref } from './links'
 import { AuditEntryParams, AuditQuery, ConfirmExpireQuery, ConfirmExpireStaleQuery, CsrfForm, EndSessionForm, ExpireForm, ExpireStaleForm, KeyDetailQuery, KeyParams, KeyQuery, ListQuery, SessionsQuery, SignInForm, SignInQuery, ReleasedQuery, RunbookParams } from './schemas'
-import { actorOf, readCookie, sameOrigin, SESSION_COOKIE, sessionCookie, validNote } from './session'
+import { actorOf, readSessionCookie, sameOrigin, sessionCookie, validNote } from './session'
 import { endSessionById, endSessionByToken, openSessions, startSession, useSession, type Session, type SessionSummary } from './sessions'
 import { AuditEntryPage, AuditPage } from './views/audit'
 import { ConfirmExpirePage, ConfirmExpireStalePage, ConfirmPurgePage } from './views/confirm'
@@ -152,7 +152,7 @@ export function adminPages(deps: AdminDeps) {
     // Before validation and the handler: without an open session nothing else is looked at;
     // a state-changing request from another origin is refused before its body is judged.
     .derive(async ({ request }) => {
-      const session = await useSession(sql, readCookie(request, SESSION_COOKIE), revokedHere, now(), { renew: !isAutoReload(request) })
+      const session = await useSession(sql, readSessionCookie(request, isHttps(request)), revokedHere, now(), { renew: !isAutoReload(request) })
       if (!session) throw new SignedOutError()
       requestSessions.set(request, session)
       if (request.method !== 'GET' && request.method !== 'HEAD' && !sameOrigin(request)) throw new CrossSiteError()
@@ -254,7 +254,7 @@ export function adminPages(deps: AdminDeps) {
     }, { body: CsrfForm })
     // Signing out ends the session on the server: its cookie, kept or copied, opens nothing any more.
     .post('/logout', async ({ request, session }) => {
-      await endSessionByToken(sql, readCookie(request, SESSION_COOKIE) ?? '')
+      await endSessionByToken(sql, readSessionCookie(request, isHttps(request)) ?? '')
       log.info('admin signed out', { operator: session.operator, address: requestMeta(request).address, session: session.id, request_id: requestIdOf(request) })
       return redirect('/admin/login', { 'set-cookie': sessionCookie('', isHttps(request), 0) })
     }, { body: CsrfForm })

@@ -29,7 +29,8 @@ import { BadBodyError, BodyTooLargeError, MAX_ADMIN_BODY_BYTES, parseAdminBody, 
 import { ApiUnauthorizedError, CrossSiteError, NotFoundError, SignedOutError, ThrottledError } from './errors'
 import { credential, DEFAULT_OPERATOR, Operators, type OperatorCredential } from './operators'
 import { adminPages, redirect, requestSessions, SECURITY_HEADERS } from './pages'
-import { readCookie, SESSION_COOKIE } from './session'
+import { readSessionCookie } from './session'
+import { requestMeta } from '../http/client'
 import { useSession } from './sessions'
 import { SignInThrottle } from '../http/throttle'
 import { MessagePage } from './views/messages'
@@ -93,7 +94,7 @@ export function adminApp(options: AdminOptions) {
       }
       // The session the guard found; else (an error before the guard ran: no such page, a body refused) looked up now.
       const session = requestSessions.get(request)
-        ?? (refusal === 'signed-out' || refusal === 'unavailable' ? undefined : await useSession(sql, readCookie(request, SESSION_COOKIE), (open) => auth.operators.revocation(open.operator, open.binding), now()).catch(() => undefined))
+        ?? (refusal === 'signed-out' || refusal === 'unavailable' ? undefined : await useSession(sql, readSessionCookie(request, requestMeta(request).secure), (open) => auth.operators.revocation(open.operator, open.binding), now()).catch(() => undefined))
       // No page, not even a 404 or a bad-filter message, for someone without a session
       // (a database that is away is said as such: the session could not be looked up).
       if (refusal === 'signed-out' || (!session && refusal !== 'too-large' && refusal !== 'bad-body' && refusal !== 'unsupported' && refusal !== 'unavailable')) {

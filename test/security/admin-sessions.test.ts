@@ -172,7 +172,7 @@ describe('operators by name', () => {
 })
 
 describe('behind a TLS proxy', () => {
-  test('TRUST_PROXY and X-Forwarded-Proto: https make the cookie Secure; without TRUST_PROXY the header is ignored', async () => {
+  test('TRUST_PROXY and X-Forwarded-Proto: https make the cookie Secure and __Host-; a cookie sent twice opens nothing; without TRUST_PROXY the header is ignored', async () => {
     const proxied = startAdmin(db.pools, { operators: [credential('alice', ALICE)], trustProxy: 1, log: createLogger({ sink: () => undefined }) })
     try {
       const viaTls = await postForm(proxied.url, '/admin/login', { token: ALICE }, { headers: { 'x-forwarded-proto': 'https', 'x-forwarded-for': '203.0.113.9' } })
@@ -180,6 +180,18 @@ describe('behind a TLS proxy', () => {
       expect(viaTls.headers.get('set-cookie')).toContain('; Secure')
       const plain = await postForm(proxied.url, '/admin/login', { token: ALICE }, { headers: { 'x-forwarded-proto': 'http' } })
       expect(plain.headers.get('set-cookie')).not.toContain('Secure')
+
+      // Over TLS the cookie is __Host- prefixed (Secure, Path=/, no Domain: no sibling subdomain can set it),
+      // and the plain name is not read there; a cookie sent twice (tossed in beside ours) opens nothing.
+      const cookie = viaTls.headers.get('set-cookie')!
+      expect(cookie).toMatch(/^__Host-idem_admin=[^;]+; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+; Secure$/)
+      const value = cookie.split(';')[0]!.split('=')[1]!
+      const tls = { 'x-forwarded-proto': 'https', 'x-forwarded-for': '203.0.113.9' }
+      const open = (cookies: string) => fetch(`${proxied.url}/admin`, { headers: { ...tls, cookie: cookies }, redirect: 'manual' })
+      expect((await open(`__Host-idem_admin=${value}`)).status).toBe(200)
+      expect((await open(`idem_admin=${value}`)).status).toBe(303)
+      expect((await open(`__Host-idem_admin=tossed; __Host-idem_admin=${value}`)).status).toBe(303)
+      expect((await open(`__Host-idem_admin=${value}; __Host-idem_admin=tossed`)).status).toBe(303)
     } finally {
       await proxied.stop()
     }
