@@ -322,8 +322,29 @@ export function isProduction(env: Env): boolean {
   return env.NODE_ENV?.trim().toLowerCase() === 'production'
 }
 
+/**
+ * What production needs and a first deployment most often lacks, said all at
+ * once: one start that names DATABASE_URL, the next PAYMENT_PROVIDER_URL, the
+ * next API_KEYS... cost an operator a restart per setting.
+ */
+function missingForProduction(env: Env): ConfigError[] {
+  const unset = (name: string) => !env[name]?.trim()
+  return [
+    ...(unset('DATABASE_URL') ? [new ConfigError('DATABASE_URL', 'must be set (the embedded PostgreSQL is for development)')] : []),
+    ...(unset('PAYMENT_PROVIDER_URL') ? [new ConfigError('PAYMENT_PROVIDER_URL', 'must be set (the bundled simulator takes no real payments)')] : []),
+    ...(unset('API_KEYS') ? [new ConfigError('API_KEYS', 'must be set (the demo key is dev-only)')] : []),
+    ...(unset('ADMIN_TOKEN') && unset('ADMIN_TOKENS') ? [new ConfigError('ADMIN_TOKEN', 'ADMIN_TOKEN or ADMIN_TOKENS must be set (no random token is made)')] : []),
+    ...(unset('METRICS_TOKEN') && unset('METRICS_PORT') ? [new ConfigError('METRICS_TOKEN', 'or METRICS_PORT must be set: /metrics (tenant names, volumes) is not served to anyone who asks')] : []),
+  ]
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const production = isProduction(env)
+  if (production) {
+    const missing = missingForProduction(env)
+    if (missing.length > 1)
+      throw new ConfigError(missing[0]!.variable, `NODE_ENV=production needs ${missing.length} more settings:\n${missing.map((error) => `  ${error.message}`).join('\n')}`)
+  }
   const ttlSeconds = integer(env, 'IDEMPOTENCY_TTL_SECONDS', DEFAULT_TTL_SECONDS, MIN_TTL_SECONDS)
   const retentionSeconds = integer(env, 'IDEMPOTENCY_RETENTION_SECONDS', DEFAULT_RETENTION_SECONDS, 1)
   if (retentionSeconds < ttlSeconds)

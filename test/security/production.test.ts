@@ -6,9 +6,8 @@
  */
 import { describe, expect, test } from 'bun:test'
 import { createHash } from 'node:crypto'
-import { ConfigError, loadConfig } from '../../src/config'
+import { ConfigError, loadConfig, loadDatabaseConfig } from '../../src/config'
 import { maskedUrl } from '../../src/store/masked-url'
-import { loadDatabaseConfig } from '../../src/config'
 
 /** A secret production takes: long, and random-looking (its characters carry well over 96 bits), the same for a tag every run. */
 const LONG = (tag: string) => `${tag}-${createHash('sha256').update(tag).digest('base64url').slice(0, 40)}`
@@ -157,4 +156,20 @@ test('a multi-host DATABASE_URL is a URL the service takes', () => {
   expect(() => loadDatabaseConfig({ DATABASE_URL: 'postgres://postgres@127.0.0.1:5432,127.0.0.1:5433/test?target_session_attrs=read-write' })).not.toThrow()
   expect(() => loadDatabaseConfig({ DATABASE_URL: 'postgres://u:p@ss@h/d' })).not.toThrow() // the last @ ends the user part, as for the driver
   expect(() => loadDatabaseConfig({ DATABASE_URL: 'postgres://u:p/ss@h1,h2/d' })).toThrow(/DATABASE_URL/)
+})
+
+// Catches: a first production start that names one missing setting per restart.
+test('NODE_ENV=production with nothing set names every missing setting at once, never a secret', () => {
+  let error: unknown
+  try { loadConfig({ NODE_ENV: 'production' }) } catch (caught) { error = caught }
+  expect(error).toBeInstanceOf(ConfigError)
+  expect((error as ConfigError).variable).toBe('DATABASE_URL')
+  const message = (error as Error).message
+  for (const name of ['DATABASE_URL', 'PAYMENT_PROVIDER_URL', 'API_KEYS', 'ADMIN_TOKEN', 'METRICS_TOKEN']) expect(message).toContain(name)
+  expect(message).toContain('needs 5 more settings')
+  // One missing is said as before, on its own.
+  let one: unknown
+  try { loadConfig({ NODE_ENV: 'production', DATABASE_URL: 'postgres://db/x', PAYMENT_PROVIDER_URL: 'https://p.example', API_KEYS: `acme:${'k'.repeat(8)}${crypto.randomUUID()}`, ADMIN_TOKEN: crypto.randomUUID() + crypto.randomUUID() }) } catch (caught) { one = caught }
+  expect((one as ConfigError).variable).toBe('METRICS_TOKEN')
+  expect((one as Error).message).not.toContain('more settings')
 })
