@@ -158,7 +158,7 @@ describe('operations', () => {
     const viaApi = await (await api(admin.url, '/admin/api/keys?tenant=acme&stale=1')).json()
     const steady = (body: { data: Record<string, unknown>[] }) => ({ ...body, data: body.data.map(({ age_seconds: _, ...rest }) => rest) })
     expect(steady(json)).toEqual(steady(viaApi))
-    expect(Object.keys(json.data[0]).sort()).toEqual(['age_seconds', 'attempts', 'created_at', 'key', 'lease', 'locked_at', 'method', 'path', 'stale', 'tenant'])
+    expect(Object.keys(json.data[0]).sort()).toEqual(['age_seconds', 'attempts', 'created_at', 'key', 'lease', 'locked_at', 'method', 'path', 'stale', 'tenant', 'worked_on'])
     expect(json.data.map((key: { key: string }) => key.key)).toEqual(['cli-stuck', '<b>cli-hostile</b>'])
   })
 
