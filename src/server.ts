@@ -78,7 +78,7 @@ export function buildApp(deps: AppDependencies) {
   metrics.ttl.set(config.ttlSeconds)
   if (pools.usage) observePools(metrics, pools.usage)
   observeReadiness(metrics, () => deps.health?.up ?? true)
-  const tenant = bearerTenant(config.apiKeys)
+  const tenant = tenantOfService(deps)
   const provider = deps.provider ?? providerFor(config, metrics)
   const adminBase: AdminOptions = {
     pools,
@@ -242,11 +242,19 @@ export function serviceFetch(app: App, deps: AppDependencies, listener: 'main' |
     metricsToken: config.metricsToken,
     listener,
     metricsElsewhere: config.metricsPort !== undefined,
-    limits: { limits: deps.limits ?? new TenantLimits({ rate: config.tenantRateLimit, burst: config.tenantRateBurst, maxInFlight: config.tenantMaxInFlight }), tenantOf: bearerTenant(config.apiKeys), refusals: tenantRefusalsOf(deps) },
+    limits: { limits: deps.limits ?? new TenantLimits({ rate: config.tenantRateLimit, burst: config.tenantRateBurst, maxInFlight: config.tenantMaxInFlight }), tenantOf: tenantOfService(deps), refusals: tenantRefusalsOf(deps) },
     failedCredentials: failedCredentialsOf(deps),
   }, handled)
   const counted = observed(ROUTE_LABELS, countAnswer(deps.metrics), guarded)
   return withRequestIds(counted, { routeOf: routeLabeler(ROUTE_LABELS), log: deps.log })
+}
+
+/** One tenant lookup per service: the edge's limits and the routes share each request's answer (one digest per request). */
+const tenantLookups = new WeakMap<AppDependencies, (request: Request) => string | undefined>()
+function tenantOfService(deps: AppDependencies): (request: Request) => string | undefined {
+  let found = tenantLookups.get(deps)
+  if (!found) tenantLookups.set(deps, (found = bearerTenant(deps.config.apiKeys)))
+  return found
 }
 
 /** One record of refused tenants per service: the edge writes it, the admin page reads it. */

@@ -1,12 +1,26 @@
 /**
- * Bearer API keys → tenant. Compared through a Map lookup on the whole key;
- * the set of keys is small and fixed at start.
+ * Bearer API keys → tenant. Looked up by the key's SHA-256, not the key: a
+ * lookup's timing then depends on a digest the client cannot steer byte by
+ * byte, never on how much of a real key a guess shares (a Map of the keys
+ * themselves compares strings on a hash collision). Wrong keys are counted
+ * and throttled per address besides (failed-credentials.ts). The set of keys
+ * is small and fixed at start; each request's answer is kept with it, since
+ * the edge and the route both ask.
  */
 export function bearerTenant(apiKeys: ReadonlyMap<string, string>) {
+  const byDigest = new Map([...apiKeys].map(([key, tenant]) => [digestOf(key), tenant]))
+  const found = new WeakMap<Request, string | undefined>()
   return function tenantOf(request: Request): string | undefined {
+    if (found.has(request)) return found.get(request)
     const token = bearerToken(request)
-    return token === undefined ? undefined : apiKeys.get(token)
+    const tenant = token === undefined ? undefined : byDigest.get(digestOf(token))
+    found.set(request, tenant)
+    return tenant
   }
+}
+
+function digestOf(token: string): string {
+  return new Bun.CryptoHasher('sha256').update(token).digest('base64')
 }
 
 /** The token of `Authorization: Bearer <token>`, if the request has one of the right shape. */
