@@ -113,6 +113,8 @@ export function publicDocument(app: AnyElysia, options: DocsOptions): Document {
       { name: 'payments', description: 'The reference service built on the idempotency plugin.' },
       { name: 'operations', description: 'Health and metrics, for orchestrators and Prometheus.' },
     ],
+    // Relative: the origin the document was fetched from (generated clients need a base URL; one fixed here would be wrong behind any proxy).
+    servers: [{ url: '/', description: 'This service: the origin that served this document' }],
     security: [{ apiKey: [] }],
     paths: finish(paths, COMPONENTS),
     components: {
@@ -198,6 +200,7 @@ export function adminDocument(admin: AnyElysia): Document {
       description: 'What operators can do, as JSON for scripts: the same operations as the /admin page and `npm run idem`, recorded in the same audit trail. Every call carries `Authorization: Bearer <ADMIN_TOKEN>`.',
     },
     tags: [{ name: 'admin', description: 'Processing keys, force-expiring, purging and the audit trail.' }],
+    servers: [{ url: '/', description: 'This service: the origin that served this document' }],
     security: [{ adminToken: [] }],
     paths: finish(adminApiPaths(admin), components),
     components: {

@@ -9,7 +9,8 @@ import { methodsOf, type PathMethods } from './http/allow'
 import { problem, problemResponse } from './http/problem'
 import { OPERATIONS_PROBLEMS } from './problems'
 import { countAnswer, idempotencyHooks, observePools, observeProvider, observeReadiness, primeRoute, providerCallsInFlight, type Metrics } from './metrics/registry'
-import { adminDocument, apiDocs, detail, DOCS_ROUTES, health, problemAnswers } from './api-docs'
+import { adminDocument, apiDocs, detail, DOCS_ROUTES, health, problemAnswer, problemAnswers } from './api-docs'
+import { EDGE_PROBLEMS } from './http/edge-problems'
 import type { ClusterMetrics } from './metrics/cluster'
 import { exposition } from './metrics/exposition'
 import type { DatabaseGauges } from './metrics/gauges'
@@ -56,6 +57,8 @@ export interface AppDependencies {
 }
 
 const operationsAnswer = problemAnswers(OPERATIONS_PROBLEMS)
+/** The edge's refusals (http/edge.ts), which any route may meet: documented on the operations routes, whose other answers are 2xx and 503. */
+const edgeAnswer = problemAnswers(EDGE_PROBLEMS)
 
 /** Routes that cannot answer without the database: the API and the admin, but for the runbooks (admin/pages.ts). */
 const NEEDS_DATABASE = /^\/(?:api(?:\/|$)|admin(?:$|\/(?!runbooks(?:\/|$))))/
@@ -133,7 +136,7 @@ export function buildApp(deps: AppDependencies) {
     .use(apiDocs({ ttlSeconds: config.ttlSeconds, retentionSeconds: config.retentionSeconds }))
     .use(docsUi())
     .get('/healthz', () => Response.json({ status: 'ok' }), {
-      detail: detail({ summary: 'Liveness: 200 while the process runs', tags: ['operations'], security: [], responses: { 200: health('ok') } }),
+      detail: detail({ summary: 'Liveness: 200 while the process runs', tags: ['operations'], security: [], responses: { 200: health('ok'), 421: edgeAnswer(['host-not-allowed']) } }),
     })
     // Ready when the write path works (the health probe's own commit, store/health.ts:
     // a stalled synchronous standby hangs every write while reads still answer)
@@ -144,7 +147,7 @@ export function buildApp(deps: AppDependencies) {
       if (deps.health && !deps.health.up) return problemResponse(OPERATIONS_PROBLEMS.problem('not-ready', 'The database does not take writes right now (down, read-only, or waiting for its synchronous standby).'))
       return await databaseAnswers(pools.short) ? Response.json({ status: 'ready' }) : problemResponse(OPERATIONS_PROBLEMS.problem('not-ready'))
     }, {
-      detail: detail({ summary: 'Readiness: 200 when the database takes writes', tags: ['operations'], security: [], responses: { 200: health('ready'), 503: operationsAnswer(['not-ready', 'draining']) } }),
+      detail: detail({ summary: 'Readiness: 200 when the database takes writes', tags: ['operations'], security: [], responses: { 200: health('ready'), 421: edgeAnswer(['host-not-allowed']), 503: operationsAnswer(['not-ready', 'draining']) } }),
     })
     .get('/metrics', async () => {
       try {
@@ -163,6 +166,9 @@ export function buildApp(deps: AppDependencies) {
         security: [],
         responses: {
           200: { description: 'Prometheus text exposition (prom-client).', content: { 'text/plain': { schema: { type: 'string' } } } },
+          401: problemAnswer(['unauthorized'], 'With METRICS_TOKEN set: no or a wrong `Authorization: Bearer <METRICS_TOKEN>`.'),
+          421: edgeAnswer(['host-not-allowed']),
+          429: edgeAnswer(['credentials-throttled']),
           503: operationsAnswer(['metrics-unavailable'], 'WORKERS>1: the workers\' metrics could not be collected.'),
         },
       }),

@@ -272,3 +272,25 @@ test('/docs is a page that loads the document', async () => {
   expect(page.headers.get('content-type')).toStartWith('text/html')
   expect(await page.text()).toContain('openapi.json')
 })
+
+// Catches: a document a generated client cannot find its base URL in, or operations with no 4XX answer documented (Redocly's recommended rules).
+test('both documents name their server, and every operation documents a 4XX answer', async () => {
+  const { startApp } = await import('../support/app')
+  const { createTestDatabase } = await import('../support/db')
+  const { ADMIN_TOKEN } = await import('../support/server')
+  const db = await createTestDatabase('openapi_lint')
+  const app = await startApp(db)
+  try {
+    const documents = [await (await app.fetch('/openapi.json')).json(), await (await app.fetch('/admin/api/openapi.json', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).json()] as { servers?: { url: string; description?: string }[]; paths: Record<string, Record<string, { responses: Record<string, unknown> }>> }[]
+    for (const document of documents) {
+      expect(document.servers).toEqual([{ url: '/', description: expect.any(String) }])
+      const without = Object.entries(document.paths).flatMap(([path, operations]) => Object.entries(operations)
+        .filter(([, operation]) => typeof operation === 'object' && operation !== null && 'responses' in operation && !Object.keys(operation.responses).some((status) => /^4(\d\d|XX)$/.test(status)))
+        .map(([method]) => `${method} ${path}`))
+      expect(without).toEqual([])
+    }
+  } finally {
+    await app.stop()
+    await db.drop()
+  }
+})
