@@ -61,6 +61,10 @@ function renderer(alerts: ReadonlySet<string>): Marked {
       // Raw HTML in the Markdown is shown, not run.
       html: ({ text }: Tokens.HTML | Tokens.Tag) => escapeHtml(text),
       image: ({ text }: Tokens.Image) => escapeHtml(text),
+      // An admin path written as code (`/admin/released?reason=deadline`) opens it; one with a placeholder (`<tenant>`) stays text.
+      // The text is the Markdown's, raw: escaped here like everything else.
+      codespan: ({ text }: Tokens.Codespan) =>
+        /^\/admin(?:[/?#][A-Za-z0-9/?#=&_.%-]*)?$/.test(text) ? `<a href="${escapeHtml(text)}"><code>${escapeHtml(text)}</code></a>` : `<code>${escapeHtml(text)}</code>`,
       link(this: { parser: { parseInline(tokens: Tokens.Generic[]): string } }, { href, tokens }: Tokens.Link) {
         const text = this.parser.parseInline(tokens)
         const anchor = /^(?:operators\.md)?#([a-z0-9-]+)$/.exec(href)?.[1]

@@ -10,7 +10,7 @@ const GUIDE = `# Guide
 
 ### AlertOne
 
-Text <script>alert(1)</script> & **bold** \`<code>\`, see [two](#alerttwo), [the docs](observability.md#alerts),
+Text <script>alert(1)</script> & **bold** \`<code>\`, \`/admin/released?reason=deadline\`, \`/admin?tenant=<tenant>\`, see [two](#alerttwo), [the docs](observability.md#alerts),
 [elsewhere](https://evil.example/x), [the list](/admin?stale=1), [sneaky](//evil.example/x) and ![a picture](https://evil.example/p.png).
 
 <div onclick="steal()">raw block</div>
@@ -37,7 +37,8 @@ test('each alert section of the guide is a runbook; raw HTML is shown as text; l
   expect(html).toContain('<a href="/admin/runbooks/AlertTwo">two</a>')
   expect(html).toContain('<a href="/admin?stale=1">the list</a>')
   const hrefs = [...html.matchAll(/href="([^"]*)"/g)].map((match) => match[1])
-  expect(hrefs).toEqual(['/admin/runbooks/AlertTwo', '/admin?stale=1'])
+  expect(hrefs).toEqual(['/admin/released?reason=deadline', '/admin/runbooks/AlertTwo', '/admin?stale=1'])
+  expect(html).toContain('<code>/admin?tenant=&lt;tenant&gt;</code>') // a placeholder: text, not a link
   expect(html).toContain('<span class="ref">elsewhere</span>')
 })
 
