@@ -317,6 +317,33 @@ export function loadDatabaseConfig(env: Env = process.env): DatabaseConfig {
   return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1, embeddedDir: env.EMBEDDED_PG_DIR?.trim() || DEFAULT_EMBEDDED_DIR }
 }
 
+/** localhost, 127.0.0.0/8 or ::1: a connection that never leaves the host. */
+export function isLoopback(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, '').toLowerCase()
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
+}
+
+/**
+ * Why the database connection may travel in plain text, or undefined: in
+ * production a DATABASE_URL to another host without `sslmode=require`
+ * (or verify-ca, verify-full). Said as a warning at start, not refused: a
+ * private network or a Unix socket is a decision the operator may have made.
+ */
+export function plainTextDatabase(config: Pick<Config, 'production' | 'databaseUrl'>): string | undefined {
+  if (!config.production || !config.databaseUrl) return undefined
+  let url: URL
+  try {
+    url = new URL(splitHosts(config.databaseUrl).single)
+  } catch {
+    return undefined
+  }
+  const hosts = (splitHosts(config.databaseUrl).hosts ?? url.host).split(',').map((host) => host.replace(/:\d+$/, ''))
+  if (hosts.every(isLoopback) || url.hostname === '' || url.searchParams.get('host')?.startsWith('/')) return undefined
+  const mode = url.searchParams.get('sslmode') ?? url.searchParams.get('ssl')
+  if (mode && ['require', 'verify-ca', 'verify-full', 'true'].includes(mode)) return undefined
+  return 'DATABASE_URL reaches another host without sslmode=require (or verify-ca, verify-full): keys, answers and payments may cross the network in plain text'
+}
+
 /** NODE_ENV=production in any letter case (`Production` too): a near miss must not turn the checks off. */
 export function isProduction(env: Env): boolean {
   return env.NODE_ENV?.trim().toLowerCase() === 'production'
@@ -354,6 +381,9 @@ export function loadConfig(env: Env = process.env): Config {
   if (production && !databaseUrl) throw new ConfigError('DATABASE_URL', 'must be set when NODE_ENV=production (the embedded PostgreSQL is for development)')
   const provider = providerUrl(env)
   if (production && !provider) throw new ConfigError('PAYMENT_PROVIDER_URL', 'must be set when NODE_ENV=production (the bundled simulator takes no real payments)')
+  // Charges and the provider's credentials cross the network in it: in production only over TLS, or to this host (a sidecar that adds TLS).
+  if (production && provider && new URL(provider).protocol === 'http:' && !isLoopback(new URL(provider).hostname))
+    throw new ConfigError('PAYMENT_PROVIDER_URL', 'must be https:// when NODE_ENV=production (plain http:// only to this host, e.g. a sidecar that adds TLS)')
   const { keys, demo } = apiKeys(env, production)
   const admins = operators(env, production)
   const host = env.HOST?.trim() || DEFAULT_HOST

@@ -53,6 +53,9 @@ async function main(): Promise<number> {
     }
     throw error
   }
+  const { plainTextDatabase } = await import('./config')
+  const plainText = plainTextDatabase(config)
+  if (plainText) log.warn(plainText, { variable: 'DATABASE_URL' })
   const supervisorPid = Number(process.env[WORKER_ENV]) || undefined
   const isWorker = supervisorPid !== undefined
 

@@ -6,7 +6,7 @@
  */
 import { describe, expect, test } from 'bun:test'
 import { createHash } from 'node:crypto'
-import { ConfigError, loadConfig, loadDatabaseConfig } from '../../src/config'
+import { ConfigError, loadConfig, loadDatabaseConfig, plainTextDatabase } from '../../src/config'
 import { maskedUrl } from '../../src/store/masked-url'
 
 /** A secret production takes: long, and random-looking (its characters carry well over 96 bits), the same for a tag every run. */
@@ -54,6 +54,7 @@ const REFUSALS: [label: string, env: Record<string, string>, variable: string][]
   ['an admin token of one letter 32 times', { ...PRODUCTION, ADMIN_TOKEN: 'a'.repeat(32) }, 'ADMIN_TOKEN'],
   ['an API key of a short pattern repeated', { ...PRODUCTION, API_KEYS: `acme:${'abcd'.repeat(10)}` }, 'API_KEYS'],
   ['a METRICS_TOKEN of one letter 40 times', { ...PRODUCTION, METRICS_TOKEN: 'm'.repeat(40) }, 'METRICS_TOKEN'],
+  ['a provider over plain http:// to another host', { ...PRODUCTION, PAYMENT_PROVIDER_URL: 'http://provider.example' }, 'PAYMENT_PROVIDER_URL'],
 ]
 
 describe('loadConfig in production', () => {
@@ -172,4 +173,16 @@ test('NODE_ENV=production with nothing set names every missing setting at once, 
   try { loadConfig({ NODE_ENV: 'production', DATABASE_URL: 'postgres://db/x', PAYMENT_PROVIDER_URL: 'https://p.example', API_KEYS: `acme:${'k'.repeat(8)}${crypto.randomUUID()}`, ADMIN_TOKEN: crypto.randomUUID() + crypto.randomUUID() }) } catch (caught) { one = caught }
   expect((one as ConfigError).variable).toBe('METRICS_TOKEN')
   expect((one as Error).message).not.toContain('more settings')
+})
+
+// Catches: production charging over plain text, or a warning that cries wolf for a local or TLS connection.
+test('plain text in production: a provider over http:// is refused but to this host; a database without sslmode is warned about', () => {
+  expect(refusal({ ...PRODUCTION, PAYMENT_PROVIDER_URL: 'http://127.0.0.1:8443' })).toBeUndefined() // a sidecar adding TLS
+  expect(refusal({ ...PRODUCTION, PAYMENT_PROVIDER_URL: 'http://localhost:8443' })).toBeUndefined()
+  const warned = (url: string) => plainTextDatabase(loadConfig({ ...PRODUCTION, DATABASE_URL: url }))
+  expect(warned('postgres://app@db.internal:5432/payments')).toContain('sslmode=require')
+  expect(warned('postgres://app@10.0.0.1,10.0.0.2/payments?target_session_attrs=read-write')).toContain('plain text')
+  for (const url of ['postgres://app@db.internal/payments?sslmode=require', 'postgres://app@db.internal/payments?sslmode=verify-full', 'postgres://app@127.0.0.1/payments', 'postgres://app@localhost/payments'])
+    expect({ url, warning: warned(url) }).toEqual({ url, warning: undefined })
+  expect(plainTextDatabase(loadConfig({ ...PRODUCTION, NODE_ENV: 'test' }))).toBeUndefined()
 })
