@@ -294,3 +294,34 @@ test('both documents name their server, and every operation documents a 4XX answ
     await db.drop()
   }
 })
+
+// Catches: a document Redocly's recommended rules refuse (no servers, no license, an operation without a 4XX answer, ...).
+test('both documents pass `redocly lint` (recommended rules) with no error or warning', async () => {
+  const { startApp } = await import('../support/app')
+  const { createTestDatabase } = await import('../support/db')
+  const { ADMIN_TOKEN } = await import('../support/server')
+  const { mkdtempSync, rmSync, writeFileSync } = await import('node:fs')
+  const { tmpdir } = await import('node:os')
+  const { join } = await import('node:path')
+  const db = await createTestDatabase('openapi_redocly')
+  const app = await startApp(db)
+  const dir = mkdtempSync(join(tmpdir(), 'idem-redocly-'))
+  try {
+    const files = {
+      'public.json': await (await app.fetch('/openapi.json')).text(),
+      'admin.json': await (await app.fetch('/admin/api/openapi.json', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text(),
+    }
+    for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text)
+    const lint = Bun.spawn(['node', join(import.meta.dir, '..', '..', 'node_modules', '@redocly', 'cli', 'bin', 'cli.js'), 'lint', '--extends=recommended', ...Object.keys(files)],
+      { cwd: dir, stdout: 'pipe', stderr: 'pipe', env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' } })
+    const [out, err, code] = await Promise.all([new Response(lint.stdout).text(), new Response(lint.stderr).text(), lint.exited])
+    const said = `${out}${err}`
+    // Problems are listed per file and summed up as "You have N warnings"; the CLI's own notices (a Node.js deprecation) are not the documents'.
+    const clean = code === 0 && said.includes('Your API descriptions are valid') && !/You have \d+ warnings?/.test(said)
+    expect({ code, said: clean ? '' : said }).toEqual({ code: 0, said: '' })
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+    await app.stop()
+    await db.drop()
+  }
+}, 60_000)
