@@ -70,21 +70,34 @@ const BACKOFF = Object.freeze({ minTimeout: 20, factor: 2, maxTimeout: 400, rand
 export async function recovering<T>(kind: StatementKind, attempt: (attemptNumber: number) => Promise<T>, recovery: Recovery | undefined,
   retryable: (error: unknown, attemptNumber: number) => boolean = isUnavailable): Promise<T> {
   if (!recovery) return attempt(1)
+  // The first attempt runs bare: p-retry's machinery (its options, timers and signal listeners) costs
+  // every fresh request some microseconds, for a fault most requests never meet.
+  try {
+    return await attempt(1)
+  } catch (error) {
+    if (!retryable(error, 1) || performance.now() >= recovery.until || recovery.signal?.aborted) throw error
+    counted(recovery, kind, error)
+  }
+  await Bun.sleep(BACKOFF.minTimeout * (1 + Math.random()))
   const left = recovery.until - performance.now()
-  if (left <= 0) return attempt(1)
-  return pRetry(attempt, {
+  if (left <= 0) return attempt(2)
+  return pRetry((attemptNumber) => attempt(attemptNumber + 1), {
     ...BACKOFF,
     retries: 1_000, // bounded by the time
     maxRetryTime: left,
     ...(recovery.signal ? { signal: recovery.signal } : {}),
     shouldRetry: ({ error, attemptNumber }) => {
-      if (!retryable(error, attemptNumber) || performance.now() >= recovery.until) return false
-      try {
-        recovery.onRetry?.(kind, retryCause(error))
-      } catch {
-        // counting never changes a request
-      }
+      if (!retryable(error, attemptNumber + 1) || performance.now() >= recovery.until) return false
+      counted(recovery, kind, error)
       return true
     },
   })
+}
+
+function counted(recovery: Recovery, kind: StatementKind, error: unknown): void {
+  try {
+    recovery.onRetry?.(kind, retryCause(error))
+  } catch {
+    // counting never changes a request
+  }
 }

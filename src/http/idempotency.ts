@@ -251,7 +251,8 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   async function handle(request: Request): Promise<Response> {
     const done = options.inFlight?.track(request)
     try {
-      return await stampedByPlugin(request, await admit(request))
+      const answer = stampedByPlugin(request, await admit(request))
+      return answer instanceof Response ? answer : await answer // no extra hop when the edge stamps it
     } finally {
       done?.()
     }

@@ -70,9 +70,10 @@ function contextOf(request: Request): RequestContext {
  * plugin mounted in an app of its own answers with the id of its log lines
  * as the service does.
  */
-export async function stampedByPlugin(request: Request, response: Response): Promise<Response> {
+export function stampedByPlugin(request: Request, response: Response): Response | Promise<Response> {
   const context = contextOf(request)
-  return context.edge ? response : (await stamped(response, context.id)).response
+  // Through the service's edge (every request there): the answer as it is, with no extra await on the hot path.
+  return context.edge ? response : stamped(response, context.id).then((done) => done.response)
 }
 
 /** This request's id. */
