@@ -331,13 +331,14 @@ export function isLoopback(hostname: string): boolean {
  */
 export function plainTextDatabase(config: Pick<Config, 'production' | 'databaseUrl'>): string | undefined {
   if (!config.production || !config.databaseUrl) return undefined
+  const { hosts: listed, single } = splitHosts(config.databaseUrl)
   let url: URL
   try {
-    url = new URL(splitHosts(config.databaseUrl).single)
+    url = new URL(single)
   } catch {
     return undefined
   }
-  const hosts = (splitHosts(config.databaseUrl).hosts ?? url.host).split(',').map((host) => host.replace(/:\d+$/, ''))
+  const hosts = (listed ?? url.host).split(',').map((host) => host.replace(/:\d+$/, ''))
   if (hosts.every(isLoopback) || url.hostname === '' || url.searchParams.get('host')?.startsWith('/')) return undefined
   const mode = url.searchParams.get('sslmode') ?? url.searchParams.get('ssl')
   if (mode && ['require', 'verify-ca', 'verify-full', 'true'].includes(mode)) return undefined
@@ -382,7 +383,8 @@ export function loadConfig(env: Env = process.env): Config {
   const provider = providerUrl(env)
   if (production && !provider) throw new ConfigError('PAYMENT_PROVIDER_URL', 'must be set when NODE_ENV=production (the bundled simulator takes no real payments)')
   // Charges and the provider's credentials cross the network in it: in production only over TLS, or to this host (a sidecar that adds TLS).
-  if (production && provider && new URL(provider).protocol === 'http:' && !isLoopback(new URL(provider).hostname))
+  const providerAt = provider ? new URL(provider) : undefined
+  if (production && providerAt?.protocol === 'http:' && !isLoopback(providerAt.hostname))
     throw new ConfigError('PAYMENT_PROVIDER_URL', 'must be https:// when NODE_ENV=production (plain http:// only to this host, e.g. a sidecar that adds TLS)')
   const { keys, demo } = apiKeys(env, production)
   const admins = operators(env, production)

@@ -11,6 +11,8 @@ import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, paymentRequest } from '../support/http'
 import { ADMIN_TOKEN } from '../support/server'
 import { signIn } from './support'
+import { claim } from '../../src/core/claim'
+import { identity } from '../support/keys'
 
 let db: TestDatabase
 let service: InProcessService
@@ -70,8 +72,6 @@ test('the list page finds a key in any state by its tenant and key', async () =>
 
 // Catches: a key whose process is gone listed as "running" (it may be taken over now).
 test('the list says "owner gone" for a key in processing whose process no longer beats, "running" for one a live process works on', async () => {
-  const { claim } = await import('../../src/core/claim')
-  const { identity } = await import('../support/keys')
   const gone = crypto.randomUUID()
   const live = crypto.randomUUID()
   await db.sql`insert into idempotency_processes (id, pid, hostname, heartbeat_at) values (${gone}, 1, 'gone', now() - interval '1 minute'), (${live}, 2, 'live', now())`

@@ -4,7 +4,7 @@
  * deterministic business refusal is stored and replayed like a success.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { Elysia } from 'elysia'
+import { Elysia, t } from 'elysia'
 import { idempotentPost, type Validation } from '../../src/http/idempotency'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 
@@ -111,7 +111,6 @@ test('the route\'s own validation refuses with 400 and stores nothing', async ()
 
 // Catches: a body schema with transforms checked but not decoded ("4" reached act as a string while TypeScript said number).
 test('a body given as Elysia\'s t.Object with t.Integer reaches act decoded: "4" is the number 4', async () => {
-  const { t } = await import('elysia')
   const seen: unknown[] = []
   const app = new Elysia().use(idempotentPost({ pools: db.pools, tenant: () => 't-schema' }, {
     path: '/seats',
