@@ -81,8 +81,10 @@ interface Row {
 export async function listKeys(context: OperationsContext, filters: KeyFilters, page: PageRequest = {}): Promise<KeyPage> {
   const { sql } = context
   const limit = pageLimit(page.limit)
-  const after = page.cursor ? decodeCursor(page.cursor) : undefined
+  const after = page.cursor ? await decodeCursor(sql, 'keys', page.cursor) : undefined
   const now = context.now?.() ?? null
+  // The cursor's instant goes as text (::text first): as a timestamptz parameter postgres.js makes a JS Date of it,
+  // which drops the microseconds (the last key of a page came again at the top of the next one).
   const rows = await sql<Row[]>`
     with params as (select coalesce(${now}::timestamptz, now()) as now)
     select k.tenant, k.key, k.method, k.path, k.lease, k.attempts, k.created_at, k.locked_at, pr.stale_at,
@@ -95,7 +97,7 @@ export async function listKeys(context: OperationsContext, filters: KeyFilters, 
      where k.status = 'processing'
        ${filterConditions(sql, filters)}
        ${filters.staleOnly ? sql`and ${staleEntry(sql, sql`p.now`)} and ${stale(sql, sql`p.now`)}` : sql``}
-       ${after ? sql`and (pr.stale_at, pr.tenant, pr.key) > (${after.at}::timestamptz, ${after.tenant}, ${after.key})` : sql``}
+       ${after ? sql`and (pr.stale_at, pr.tenant, pr.key) > (${after.at}::text::timestamptz, ${after.tenant}, ${after.key})` : sql``}
      order by pr.stale_at, pr.tenant, pr.key
      limit ${limit + 1}`
   const shown = rows.slice(0, limit)
@@ -115,6 +117,6 @@ export async function listKeys(context: OperationsContext, filters: KeyFilters, 
       stale: row.stale,
       workedOn: row.worked_on,
     })),
-    nextCursor: rows.length > limit && last ? encodeCursor({ at: last.stale_at_text, tenant: last.tenant, key: last.key }) : undefined,
+    nextCursor: rows.length > limit && last ? await encodeCursor(sql, 'keys', { at: last.stale_at_text, tenant: last.tenant, key: last.key }) : undefined,
   }
 }

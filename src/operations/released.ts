@@ -72,8 +72,10 @@ interface Row {
 export async function listReleased(context: OperationsContext, filters: ReleasedFilters, page: PageRequest = {}): Promise<ReleasedPage> {
   const { sql } = context
   const limit = pageLimit(page.limit)
-  const after = page.cursor ? decodeCursor(page.cursor) : undefined
+  const after = page.cursor ? await decodeCursor(sql, 'released', page.cursor) : undefined
   const now = context.now?.() ?? null
+  // The cursor's instant goes as text (::text first): as a timestamptz parameter postgres.js makes a JS Date of it,
+  // which drops the microseconds (the last key of a page came again at the top of the next one).
   const rows = await sql<Row[]>`
     select k.tenant, k.key, k.method, k.path, k.attempts, k.request_id::text as request_id,
            k.released_at, k.released_at::text as released_at_text, k.release_reason, k.summary,
@@ -81,7 +83,7 @@ export async function listReleased(context: OperationsContext, filters: Released
       from idempotency_keys k
      where k.release_reason = ${filters.reason} and k.status = 'released'
        ${filters.tenant ? sql`and k.tenant = ${filters.tenant}` : sql``}
-       ${after ? sql`and (k.released_at, k.tenant, k.key) < (${after.at}::timestamptz, ${after.tenant}, ${after.key})` : sql``}
+       ${after ? sql`and (k.released_at, k.tenant, k.key) < (${after.at}::text::timestamptz, ${after.tenant}, ${after.key})` : sql``}
      order by k.released_at desc, k.tenant desc, k.key desc
      limit ${limit + 1}`
   const shown = rows.slice(0, limit)
@@ -99,7 +101,7 @@ export async function listReleased(context: OperationsContext, filters: Released
       summary: row.summary,
       pastRetention: row.past_retention,
     })),
-    nextCursor: rows.length > limit && last ? encodeCursor({ at: last.released_at_text, tenant: last.tenant, key: last.key }) : undefined,
+    nextCursor: rows.length > limit && last ? await encodeCursor(sql, 'released', { at: last.released_at_text, tenant: last.tenant, key: last.key }) : undefined,
   }
 }
 

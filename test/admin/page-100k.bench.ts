@@ -52,7 +52,7 @@ async function measure(label: string, path: string): Promise<void> {
 const [deep] = await db.sql<{ l: string; tenant: string; key: string }[]>`
   select stale_at::text as l, tenant, key from idempotency_processing
    order by stale_at, tenant, key offset 90000 limit 1`
-const cursor = encodeCursor({ at: deep!.l, tenant: deep!.tenant, key: deep!.key })
+const cursor = await encodeCursor(db.sql, 'keys', { at: deep!.l, tenant: deep!.tenant, key: deep!.key })
 console.log(`${ROWS} processing keys${sameInstant ? ', all with the same locked_at' : ''}`)
 await measure('first page', '/admin')
 await measure('deep page (after row 90,000)', `/admin?after=${cursor}`)

@@ -174,7 +174,7 @@ test.skipIf(!npm)('its own idempotent route against a database: one email per ke
 
     // migrate() gave the app the engine's tables and nothing of the payments service.
     const tables = (await sql<{ name: string }[]>`select tablename as name from pg_tables where schemaname = 'public' order by 1`).map((row) => row.name)
-    expect(tables).toEqual(['idempotency_audit', 'idempotency_keys', 'idempotency_migrations', 'idempotency_processes', 'idempotency_processing', 'idempotency_settings'])
+    expect(tables).toEqual(['idempotency_audit', 'idempotency_keys', 'idempotency_migrations', 'idempotency_processes', 'idempotency_processing', 'idempotency_secrets', 'idempotency_settings'])
   } finally {
     await sql.end({ timeout: 1 })
   }
