@@ -104,10 +104,11 @@ export function paymentsRoutes(options: PaymentsOptions) {
       const signing = cursorKey(bearerToken(request)!)
       const cursor = rawCursor ? decodeCursor(rawCursor, signing) : undefined
       if (rawCursor && !cursor) return problemResponse(problem('invalid-query', 'cursor is not one this API gave out.'))
+      // The cursor's instant as text: a timestamptz parameter becomes a JS Date in postgres.js, to the millisecond (rows skipped).
       const rows = await retryRead(() => pools.short<PaymentRow[]>`
         select ${columns} from payments
          where tenant = ${tenant} and customer = ${customer}
-           ${cursor ? pools.short`and (created_at, id) < (${cursor.createdAt}::timestamptz, ${cursor.id}::uuid)` : pools.short``}
+           ${cursor ? pools.short`and (created_at, id) < (${cursor.createdAt}::text::timestamptz, ${cursor.id}::uuid)` : pools.short``}
          order by created_at desc, id desc
          limit ${limit + 1}`, readRetried(PAYMENTS_ROUTE))
       const page = rows.slice(0, limit)

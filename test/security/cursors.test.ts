@@ -72,6 +72,24 @@ describe('the payments list', () => {
     expect((await fetch(`${url}/api/payments?customer=cursor-signed&cursor=${first.next_cursor}`, { headers: { authorization: 'Bearer acme-key' } })).status).toBe(200)
   })
 
+  // Catches: the cursor's instant sent as a timestamptz parameter (postgres.js makes a Date of it, to the millisecond):
+  // payments made within one millisecond of a page's last one were skipped.
+  test('pages skip nothing: payments a few microseconds apart each come once', async () => {
+    for (let i = 0; i < 4; i++) expect((await postPayment(url, payment({ customer: 'cursor-micro' }))).status).toBe(201)
+    await db.sql`update payments set created_at = timestamptz '2026-06-01 12:00:00+00' + (select count(*) from payments p where p.customer = 'cursor-micro' and p.id < payments.id) * interval '1 microsecond'
+                  where customer = 'cursor-micro'`
+    const seen: string[] = []
+    let cursor: string | null = null
+    do {
+      const response = await fetch(`${url}/api/payments?customer=cursor-micro&limit=1${cursor ? `&cursor=${cursor}` : ''}`, { headers: { authorization: 'Bearer acme-key' } })
+      const body = await response.json() as { data: { id: string }[]; next_cursor: string | null }
+      seen.push(...body.data.map((row) => row.id))
+      cursor = body.next_cursor
+    } while (cursor && seen.length < 10)
+    expect(seen).toHaveLength(4)
+    expect(new Set(seen).size).toBe(4)
+  })
+
   test('a genuine cursor still pages', async () => {
     for (let i = 0; i < 3; i++) expect((await postPayment(url, payment({ customer: 'cursor-pages' }))).status).toBe(201)
     const first = await (await fetch(`${url}/api/payments?customer=cursor-pages&limit=2`, { headers: { authorization: 'Bearer acme-key' } })).json()
