@@ -14,14 +14,18 @@ export const MAX_JSON_DEPTH = 32
 /** The parsed value, and the text it was parsed from (how numbers were written is only there). */
 export type BodyResult = { ok: true; value: unknown; text: string } | { ok: false; problem: Problem }
 
+/** The body as sent, decoded. */
+export type TextResult = { ok: true; text: string } | { ok: false; problem: Problem }
+
 const utf8 = new TextDecoder('utf-8', { fatal: true })
 
 /**
- * Reads a JSON request body within `maxBytes`: 415 for another content type,
- * 413 over the limit, 400 for anything that is not clean JSON (invalid UTF-8,
- * too deep, or a NUL character, which PostgreSQL cannot store in text).
+ * A JSON request body's text, within `maxBytes`: 415 for another content
+ * type, 413 over the limit, 400 for a body cut off or not UTF-8. Then
+ * parseJsonText; a replay whose text is the stored request's own needs
+ * nothing more (http/replay-cache.ts), so parsing is a step of its own.
  */
-export async function readJsonBody(request: Request, maxBytes: number): Promise<BodyResult> {
+export async function readJsonText(request: Request, maxBytes: number): Promise<TextResult> {
   const contentType = request.headers.get('content-type') ?? ''
   if (!/^application\/json\s*(;|$)/i.test(contentType.trim())) return { ok: false, problem: problem('unsupported-media-type') }
   const declared = Number(request.headers.get('content-length') ?? NaN)
@@ -36,12 +40,15 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     return { ok: false, problem: problem('invalid-request', 'The connection closed before the body was read.') }
   }
   if (bytes === undefined) return { ok: false, problem: problems.tooLarge(maxBytes) }
-  let text: string
   try {
-    text = utf8.decode(bytes)
+    return { ok: true, text: utf8.decode(bytes) }
   } catch {
     return { ok: false, problem: problem('invalid-json', 'The body is not valid UTF-8.') }
   }
+}
+
+/** The JSON value of a body's text: 400 for anything that is not clean JSON (too deep, a NUL, a lone surrogate). */
+export function parseJsonText(text: string): BodyResult {
   let value: unknown
   try {
     value = JSON.parse(text)

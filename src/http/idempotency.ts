@@ -12,12 +12,12 @@ import { newLeaseId } from '../core/lease-id'
 import { release, type ReleaseReason } from '../core/release'
 import { completionState } from '../core/completion-state'
 import { recovering, type Recovery, type RetryCause, type StatementKind } from '../core/recovery'
-import { ReplayCache } from './replay-cache'
+import { ReplayCache, type SeenRequest } from './replay-cache'
 import { RunningKeys } from './running-keys'
 import { completeRows, type RowWrites } from '../core/complete-rows'
 import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
-import { DEFAULT_MAX_BODY_BYTES, readJsonBody } from './body'
+import { DEFAULT_MAX_BODY_BYTES, parseJsonText, readJsonText } from './body'
 import { notify, type IdempotencyHooks, type Outcome } from './outcomes'
 import { parseIdempotencyKey } from './idempotency-key'
 import { detail, idempotentOperation, type RouteDocs } from './operation'
@@ -271,19 +271,30 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     }
 
     const field = parseIdempotencyKey(rawKey)
-    const body = await readJsonBody(request, maxBodyBytes)
+    const read = await readJsonText(request, maxBodyBytes)
+    if (!read.ok) return refuse(read.problem)
+    const sent = { path: requestPath(request), text: read.text }
+    const draining = options.inFlight?.draining === true
+    // A retry of a finished key, sent as its first request was to the byte: its answer from memory, unparsed.
+    const same = field.ok && !draining ? cache?.sameAs(tenant, field.key, sent) : undefined
+    if (same) {
+      count('replayed', started)
+      return replay(same.response)
+    }
+    const body = parseJsonText(read.text)
     if (!body.ok) return refuse(body.problem)
     if (!field.ok) return refuse(problem(field.reason === 'missing' ? 'missing-idempotency-key' : 'invalid-idempotency-key'))
     const { key } = field
     const valid = validate(body.value, body.text)
     if (!valid.ok) return refuse(problem('invalid-body', undefined, { errors: valid.errors }))
     // A draining server starts no new claim: nothing is stored, a retry goes to another server.
-    if (options.inFlight?.draining)
+    if (draining)
       return refuse(problem('shutting-down', 'This server is stopping; nothing was done. Retry with the same Idempotency-Key.'), 'failed')
 
     const method = request.method.toUpperCase()
-    const path = requestPath(request)
+    const { path } = sent
     const identity = { tenant, key, method, path, fingerprint: fingerprint(method, path, body.value) }
+    const seen = { fingerprint: identity.fingerprint, sent }
     // A finished key answers from memory: its answer, or 422 for another request under it.
     const cached = cache?.get(tenant, key)
     if (cached) {
@@ -333,7 +344,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     switch (claimed.kind) {
       case 'replay':
         ticket?.end()
-        cache?.set(tenant, key, identity.fingerprint, claimed.response, retentionSeconds, claimSentAt, claimed.ageSeconds)
+        cache?.set(tenant, key, seen, claimed.response, retentionSeconds, claimSentAt, claimed.ageSeconds)
         count('replayed', started)
         return replay(claimed.response)
       case 'in_progress':
@@ -347,15 +358,15 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       case 'created':
       case 'reclaimed':
         if (claimed.kind === 'reclaimed') notify('onReclaim', hooks.onReclaim, event)
-        return run(claimed.lease, claimed.kind, about, valid.value, identity.fingerprint, started, claimSentAt, ticket)
+        return run(claimed.lease, claimed.kind, about, valid.value, seen, started, claimSentAt, ticket)
     }
   }
 
-  async function run(lease: Lease, outcome: 'created' | 'reclaimed', about: About, body: Body, requestFingerprint: string, started: number, claimSentAt: number, ticket: ClaimTicket | undefined): Promise<Response> {
+  async function run(lease: Lease, outcome: 'created' | 'reclaimed', about: About, body: Body, seen: SeenRequest, started: number, claimSentAt: number, ticket: ClaimTicket | undefined): Promise<Response> {
     const { request } = about
     const deadline = deadlineSignal(budgetMs, claimSentAt)
     ticket?.hold(lease, deadline.abort)
-    const leave = running?.enter(lease.tenant, lease.key, requestFingerprint, budgetMs, claimSentAt)
+    const leave = running?.enter(lease.tenant, lease.key, seen.fingerprint, budgetMs, claimSentAt)
     let completing = false
     // The first attempt's: a later one may find that this one committed (recovery.ts).
     let completionSentAt: number | undefined
@@ -376,7 +387,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         completionSentAt ??= performance.now()
       })
       // The completion sets completed_at after completionSentAt: the entry ends before the key's retention, however late the commit's answer.
-      cache?.set(lease.tenant, lease.key, requestFingerprint, stored, retentionSeconds, completionSentAt!)
+      cache?.set(lease.tenant, lease.key, seen, stored, retentionSeconds, completionSentAt!)
       count(outcome, started)
       return new Response(stored.body, { status: stored.status, headers: stored.headers })
     } catch (error) {

@@ -28,10 +28,31 @@ import type { StoredResponse } from '../core/types'
  */
 export interface CachedAnswer {
   readonly fingerprint: string
+  /** The request seen with that fingerprint, as sent (small bodies only): the same text is the same request, unparsed. */
+  readonly sent?: SentRequest | undefined
   readonly response: StoredResponse
   /** performance.now() after which the entry is not used. */
   readonly usableUntil: number
 }
+
+/** A request as it came: its path and its body's text. */
+export interface SentRequest {
+  readonly path: string
+  readonly text: string
+}
+
+/** What the cache is told of the request that found the key done. */
+export interface SeenRequest {
+  readonly fingerprint: string
+  readonly sent?: SentRequest | undefined
+}
+
+/**
+ * 1 KiB: a payment's body is about 100 characters. A larger body is matched
+ * by its fingerprint only, so 10,000 entries never hold more than ~10 MB of
+ * request text (a body may be up to MAX_BODY_BYTES).
+ */
+export const MAX_SENT_TEXT_CHARS = 1024
 
 /** 10 s, or a tenth of a short retention: an entry never outlives its key's retention. */
 export function replayMarginMs(retentionSeconds: number): number {
@@ -53,6 +74,16 @@ export class ReplayCache {
     return this.#entries.size
   }
 
+  /**
+   * The answer of a done key when `sent` is, to the byte, the request the
+   * cache saw with it: a replay that needs no parse, no check and no
+   * fingerprint (equal text parses to the equal value that passed them).
+   */
+  sameAs(tenant: string, key: string, sent: SentRequest): CachedAnswer | undefined {
+    const entry = this.get(tenant, key)
+    return entry?.sent !== undefined && entry.sent.text === sent.text && entry.sent.path === sent.path ? entry : undefined
+  }
+
   get(tenant: string, key: string): CachedAnswer | undefined {
     const id = `${tenant}\u0000${key}`
     const entry = this.#entries.get(id)
@@ -69,13 +100,14 @@ export class ReplayCache {
    * that statement the key had completed, as the database said (0 for the
    * completion itself: it sets `completed_at` after `sentAt`).
    */
-  set(tenant: string, key: string, fingerprint: string, response: StoredResponse, retentionSeconds: number, sentAt: number, ageSeconds = 0): void {
+  set(tenant: string, key: string, request: SeenRequest, response: StoredResponse, retentionSeconds: number, sentAt: number, ageSeconds = 0): void {
     if (this.#max <= 0) return
     const usableUntil = sentAt + (retentionSeconds - ageSeconds) * 1000 - replayMarginMs(retentionSeconds)
     if (usableUntil <= this.#now()) return
     const id = `${tenant}\u0000${key}`
     this.#entries.delete(id)
-    this.#entries.set(id, { fingerprint, response, usableUntil })
+    const sent = request.sent && request.sent.text.length <= MAX_SENT_TEXT_CHARS ? request.sent : undefined
+    this.#entries.set(id, { fingerprint: request.fingerprint, sent, response, usableUntil })
     while (this.#entries.size > this.#max) this.#entries.delete(this.#entries.keys().next().value!)
   }
 }

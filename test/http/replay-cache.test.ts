@@ -7,7 +7,7 @@
  * done row: that is what makes the cache safe).
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { ReplayCache, replayMarginMs } from '../../src/http/replay-cache'
+import { MAX_SENT_TEXT_CHARS, ReplayCache, replayMarginMs } from '../../src/http/replay-cache'
 import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, paymentRequest } from '../support/http'
@@ -50,16 +50,35 @@ test('another tenant\'s same key is another request', async () => {
   expect(((await globex.json()) as { id: string }).id).not.toBe(acme.id)
 })
 
+// Catches: a byte-for-byte shortcut that ignores the path or the text (it would replay one request's answer to
+// another without the fingerprint's check), or that keeps a body of any size in memory.
+test('the unparsed shortcut takes only the very text and path the cache saw; other spellings go through the fingerprint', () => {
+  const cache = new ReplayCache(10)
+  const answer = { status: 201, headers: {}, body: '{}' }
+  const sent = { path: '/api/payments', text: '{"amount":1,"currency":"EUR","customer":"c"}' }
+  cache.set('t', 'k', { fingerprint: 'f', sent }, answer, 3600, performance.now())
+  expect(cache.sameAs('t', 'k', { ...sent })?.response).toBe(answer)
+  expect(cache.sameAs('t', 'k', { ...sent, text: '{"currency":"EUR","amount":1,"customer":"c"}' })).toBeUndefined()
+  expect(cache.sameAs('t', 'k', { ...sent, text: sent.text.replace('1', '2') })).toBeUndefined()
+  expect(cache.sameAs('t', 'k', { ...sent, path: '/api/orders' })).toBeUndefined()
+  expect(cache.sameAs('u', 'k', sent)).toBeUndefined()
+  expect(cache.get('t', 'k')?.fingerprint).toBe('f')
+  const large = { path: sent.path, text: `{"description":"${'x'.repeat(MAX_SENT_TEXT_CHARS)}"}` }
+  cache.set('t', 'large', { fingerprint: 'g', sent: large }, answer, 3600, performance.now())
+  expect(cache.sameAs('t', 'large', large)).toBeUndefined()
+  expect(cache.get('t', 'large')?.sent).toBeUndefined()
+})
+
 // Catches: entries that outlive the key's retention, or are kept past the bound.
 test('an entry is dropped a margin before its key\'s retention ends, and the cache keeps at most its bound', async () => {
   const cache = new ReplayCache(2)
   const answer = { status: 201, headers: {}, body: '{}' }
-  cache.set('t', 'young', 'f', answer, 3600, performance.now(), 0)
-  cache.set('t', 'near-end', 'f', answer, 3600, performance.now(), 3600 - replayMarginMs(3600) / 1000 + 1)
+  cache.set('t', 'young', { fingerprint: 'f' }, answer, 3600, performance.now(), 0)
+  cache.set('t', 'near-end', { fingerprint: 'f' }, answer, 3600, performance.now(), 3600 - replayMarginMs(3600) / 1000 + 1)
   expect(cache.get('t', 'young')).toBeDefined()
   expect(cache.get('t', 'near-end')).toBeUndefined()
-  cache.set('t', 'a', 'f', answer, 3600, performance.now())
-  cache.set('t', 'b', 'f', answer, 3600, performance.now())
+  cache.set('t', 'a', { fingerprint: 'f' }, answer, 3600, performance.now())
+  cache.set('t', 'b', { fingerprint: 'f' }, answer, 3600, performance.now())
   expect(cache.size).toBe(2)
   expect(cache.get('t', 'young')).toBeUndefined() // the least recently used went first
   expect(new ReplayCache(0).get('t', 'x')).toBeUndefined()
@@ -72,7 +91,7 @@ test('an entry stops being used when its time is up, counted from before its sta
   const cache = new ReplayCache(10, () => now)
   const answer = { status: 201, headers: {}, body: '{}' }
   const usableMs = 2_000 - replayMarginMs(2)
-  cache.set('t', 'k', 'f', answer, 2, now)
+  cache.set('t', 'k', { fingerprint: 'f' }, answer, 2, now)
   now += usableMs - 1
   expect(cache.get('t', 'k')).toBeDefined()
   now += 1
@@ -80,11 +99,11 @@ test('an entry stops being used when its time is up, counted from before its sta
   // The completion was sent at `sent`; its answer came back 900 ms later (a lock wait, a synchronous standby).
   const sent = now
   now += 900
-  cache.set('t', 'slow', 'f', answer, 2, sent)
+  cache.set('t', 'slow', { fingerprint: 'f' }, answer, 2, sent)
   now = sent + usableMs
   expect(cache.get('t', 'slow')).toBeUndefined()
   // A replay read from the database: the key was 1.5 s old when the statement (sent at `sent`) ran.
-  cache.set('t', 'old', 'f', answer, 2, sent, 1.5)
+  cache.set('t', 'old', { fingerprint: 'f' }, answer, 2, sent, 1.5)
   expect(cache.get('t', 'old')).toBeUndefined()
 })
 
