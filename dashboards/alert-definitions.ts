@@ -4,8 +4,9 @@
  * alert carries: its runbook section in docs/operators.md and the admin page.
  */
 import { DEFAULT_METRICS_CACHE_MS, DEFAULT_TTL_SECONDS } from '../src/config'
+import { executionBudgetMs } from '../src/core/policy'
 import { DATABASE_WAIT_MS } from '../src/store/health'
-import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, providerOldestCall, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown, tenantRefusals, unlessNotReady } from './queries'
+import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, providerOldestCall, providerSlowThresholdExpr, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown, tenantRefusals, unlessNotReady } from './queries'
 import { runbookUrl, type BuildSettings } from './settings'
 
 /**
@@ -83,14 +84,91 @@ export const CONFLICT_RATIO_THRESHOLD = 0.1
 export const TENANT_REFUSALS_THRESHOLD = 1
 
 /**
- * 5 s: a payment provider answers in well under a second to two; a call in
- * progress for 5 s is a provider that hangs. With no `for`, the alert fires
- * at the first evaluation that sees it: at worst 5 s + a scrape (15 s) + an
- * evaluation (30 s) = 50 s after the provider stopped answering, and
- * typically before the first request reaches its deadline (27 s with the
- * default TTL), where the histogram and the 504s would first show it.
+ * IdempotencyProviderSlow must fire before the first request that waits on a
+ * hung provider reaches its deadline, by construction, whatever the TTL. It
+ * fires at the first evaluation after the first scrape that reads the oldest
+ * call over its threshold: at worst threshold + a scrape + an evaluation
+ * after the call started (the gauge is read at each scrape, never cached).
+ * The request's deadline is the TTL less a tenth (less at most 2 s:
+ * core/policy.ts executionBudgetMs; 28 s with the default 30 s TTL), counted
+ * from its claim, a few milliseconds before its provider call starts. So the
+ * threshold is what the deadline leaves after a scrape, an evaluation and a
+ * second of slack (the claim before the call, the scrape's own duration),
+ * capped at PROVIDER_SLOW_SECONDS and floored at PROVIDER_SLOW_MIN_SECONDS:
+ *
+ *   threshold = clamp(0.9 × TTL − (scrape 15 s + evaluation 5 s + slack 1 s), 1 s, 5 s)
+ *
+ * computed by the rule itself from the instance's idempotency_ttl_seconds
+ * (providerSlowThresholdExpr). With the default TTL: min(5, 27 − 21) = 5 s,
+ * firing at most 5 + 15 + 5 = 25 s into a hang, before the 28 s deadline.
+ * It holds for every TTL of 25 s and more with 15 s scrapes; below, the
+ * floor applies and the scrape interval must shrink (providerSlowDetection).
  */
+/** The cap: a payment provider answers in well under a second or two; a call in progress for 5 s is a provider that hangs. */
 export const PROVIDER_SLOW_SECONDS = 5
+/** The floor: a second, so that a busy instance's every call in flight does not page when the TTL leaves no room. */
+export const PROVIDER_SLOW_MIN_SECONDS = 1
+/** The deadline as the rule reckons it, a share of the TTL: the service's own (policy.ts) is never earlier for a TTL of 2 s or more. */
+export const PROVIDER_DEADLINE_SHARE_OF_TTL = 0.9
+/**
+ * 5 s: the provider alert's own rule group (Prometheus `interval:`), so that
+ * its evaluation term is 5 s, not the 30 s of the other alerts. One cheap
+ * instant query.
+ */
+export const PROVIDER_EVALUATION_INTERVAL_SECONDS = 5
+/**
+ * 10 s: the same group in Grafana, whose alerting evaluates at most every
+ * 10 s by default (`[unified_alerting] min_interval`; a group's interval must
+ * be a multiple of it). The Grafana copy's construction therefore needs 10 s
+ * scrapes (GRAFANA_PROVIDER_SCRAPE_INTERVAL_SECONDS).
+ */
+export const GRAFANA_PROVIDER_EVALUATION_INTERVAL_SECONDS = 10
+/** The scrape interval the Grafana copy of the provider alert needs to fire before the deadline (10 + 10 + 5 + 1 < 27). */
+export const GRAFANA_PROVIDER_SCRAPE_INTERVAL_SECONDS = 10
+/** Slack for what the three terms leave out: the claim before the provider call starts, the scrape's own duration, evaluation jitter. */
+export const PROVIDER_SLOW_SLACK_SECONDS = 1
+/** What the threshold leaves before the deadline: a scrape (the documented 15 s), an evaluation of the provider group, the slack. */
+export const PROVIDER_SLOW_HEADROOM_SECONDS = ASSUMED_SCRAPE_INTERVAL_SECONDS + PROVIDER_EVALUATION_INTERVAL_SECONDS + PROVIDER_SLOW_SLACK_SECONDS
+
+/** The threshold for a server running with `ttlSeconds`: what the rule computes from idempotency_ttl_seconds. */
+export function providerSlowThreshold(ttlSeconds: number): number {
+  return Math.min(PROVIDER_SLOW_SECONDS, Math.max(PROVIDER_SLOW_MIN_SECONDS, PROVIDER_DEADLINE_SHARE_OF_TTL * ttlSeconds - PROVIDER_SLOW_HEADROOM_SECONDS))
+}
+
+export interface ProviderDetection {
+  readonly ttlSeconds: number
+  /** When the first request waiting on the hung call is stopped (core/policy.ts), from its claim. */
+  readonly deadlineSeconds: number
+  readonly thresholdSeconds: number
+  readonly scrapeSeconds: number
+  readonly evaluationSeconds: number
+  readonly slackSeconds: number
+  /** Call started → alert firing, at worst (slack included). */
+  readonly firingSeconds: number
+  /** What is left before the deadline when it fires at worst: positive when the construction holds. */
+  readonly marginSeconds: number
+}
+
+/**
+ * The longest from a provider call's start (it hangs from there) to
+ * IdempotencyProviderSlow firing, each term at its worst: the oldest call
+ * passes the threshold just after a scrape; the next scrape reads it; the
+ * next evaluation fires (no `for`); plus the slack. Against the deadline of
+ * the request making the call. Prometheus: 15 s scrapes, the group's 5 s;
+ * Grafana: 10 s scrapes, its 10 s.
+ */
+export function providerSlowDetection(ttlSeconds = DEFAULT_TTL_SECONDS, system: 'prometheus' | 'grafana' = 'prometheus'): ProviderDetection {
+  const terms = {
+    ttlSeconds,
+    deadlineSeconds: executionBudgetMs(ttlSeconds) / 1000,
+    thresholdSeconds: providerSlowThreshold(ttlSeconds),
+    scrapeSeconds: system === 'prometheus' ? ASSUMED_SCRAPE_INTERVAL_SECONDS : GRAFANA_PROVIDER_SCRAPE_INTERVAL_SECONDS,
+    evaluationSeconds: system === 'prometheus' ? PROVIDER_EVALUATION_INTERVAL_SECONDS : GRAFANA_PROVIDER_EVALUATION_INTERVAL_SECONDS,
+    slackSeconds: PROVIDER_SLOW_SLACK_SECONDS,
+  }
+  const firingSeconds = terms.thresholdSeconds + terms.scrapeSeconds + terms.evaluationSeconds + terms.slackSeconds
+  return { ...terms, firingSeconds, marginSeconds: terms.deadlineSeconds - firingSeconds }
+}
 
 /**
  * 30 s, for the two outage alerts (5xx ratio, readiness): two evaluations in
@@ -157,6 +235,15 @@ export interface AlertDefinition {
   /** The measured expression, without the comparison. */
   readonly expr: string
   readonly threshold: number
+  /**
+   * A threshold per series instead of `threshold` (which is then 0): PromQL
+   * matched `on` these labels, e.g. one computed from each instance's TTL.
+   * The Prometheus rule is `expr > on (...) thresholdExpr`; Grafana's query A
+   * is that comparison, and its condition `> 0` (the values left are over it).
+   */
+  readonly perSeriesThreshold?: { readonly expr: string; readonly on: readonly string[] }
+  /** The rule group it is evaluated in: the provider alert has its own, faster one (RULE_GROUPS). @default 'main' */
+  readonly group?: RuleGroupName
   /** How long the condition must hold (Prometheus `for`). */
   readonly for: string
   readonly severity: 'page' | 'ticket'
@@ -174,9 +261,24 @@ export interface AlertDefinition {
   readonly noData?: 'OK' | 'Alerting'
 }
 
-/** `expr > threshold`, with `expr` in parentheses when it has a set operator (`>` binds tighter than `or`). */
-export function comparison(expr: string, threshold: number): string {
-  return `${/\b(or|and|unless)\b/.test(expr) ? `(${expr})` : expr} > ${threshold}`
+/**
+ * The rule groups and how often each is evaluated, in Prometheus and in
+ * Grafana: `main` every 30 s (EVALUATION_INTERVAL_SECONDS), `provider` (the
+ * provider alert alone) every 5 s, 10 s in Grafana (its least).
+ */
+export const RULE_GROUPS = {
+  main: { name: 'idempotency', prometheusSeconds: EVALUATION_INTERVAL_SECONDS, grafanaSeconds: EVALUATION_INTERVAL_SECONDS },
+  provider: { name: 'idempotency-provider', prometheusSeconds: PROVIDER_EVALUATION_INTERVAL_SECONDS, grafanaSeconds: GRAFANA_PROVIDER_EVALUATION_INTERVAL_SECONDS },
+} as const
+export type RuleGroupName = keyof typeof RULE_GROUPS
+
+/**
+ * `expr > threshold`, with `expr` in parentheses when it has a set operator (`>` binds tighter than `or`);
+ * `expr > on (labels) thresholdExpr` for a per-series threshold.
+ */
+export function comparison(expr: string, threshold: number, perSeries?: AlertDefinition['perSeriesThreshold']): string {
+  const left = /\b(or|and|unless)\b/.test(expr) ? `(${expr})` : expr
+  return perSeries ? `${left} > on (${perSeries.on.join(', ')}) ${perSeries.expr}` : `${left} > ${threshold}`
 }
 
 /** The runbook anchor in docs/operators.md: GitHub's slug of the section heading, which is the alert's name. */
@@ -294,13 +396,18 @@ export function alertsFor(job: string): readonly AlertDefinition[] {
     uid: 'idem-provider-slow',
     name: 'IdempotencyProviderSlow',
     expr: providerOldestCall(ours, ['job', 'instance']),
-    threshold: PROVIDER_SLOW_SECONDS,
+    threshold: 0,
+    perSeriesThreshold: {
+      expr: providerSlowThresholdExpr(ours, ['job', 'instance'], PROVIDER_DEADLINE_SHARE_OF_TTL, PROVIDER_SLOW_HEADROOM_SECONDS, PROVIDER_SLOW_MIN_SECONDS, PROVIDER_SLOW_SECONDS),
+      on: ['job', 'instance'],
+    },
+    group: 'provider',
     for: '0s',
     severity: 'page',
     panel: PANELS.providerInFlight,
     adminPath: '/admin/released?reason=deadline',
     summary: (v) => `A payment provider call of {{ $labels.instance }} has been waiting {{ ${v} | humanizeDuration }}`,
-    description: (v) => `The oldest call to the payment provider in progress on {{ $labels.instance }} started {{ ${v} | humanizeDuration }} ago (threshold ${PROVIDER_SLOW_SECONDS} s): the provider hangs or is very slow. Requests waiting on it end at their deadline with 504 and their keys are released (the provider may have charged: the admin lists them after their deadline, with the downstream key to ask it with).`,
+    description: (v) => `The oldest call to the payment provider in progress on {{ $labels.instance }} started {{ ${v} | humanizeDuration }} ago, over its threshold (the TTL less a tenth, less ${PROVIDER_SLOW_HEADROOM_SECONDS} s, between ${PROVIDER_SLOW_MIN_SECONDS} and ${PROVIDER_SLOW_SECONDS} s: ${providerSlowThreshold(DEFAULT_TTL_SECONDS)} s with a ${DEFAULT_TTL_SECONDS} s TTL), so it pages before the first request waiting on it reaches its deadline: the provider hangs or is very slow. Requests waiting on it end at their deadline with 504 and their keys are released (the provider may have charged: the admin lists them after their deadline, with the downstream key to ask it with).`,
   },
   {
     uid: 'idem-tenant-held',

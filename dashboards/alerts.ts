@@ -2,7 +2,7 @@ import * as alerting from '@grafana/grafana-foundation-sdk/alerting'
 import type * as dashboard from '@grafana/grafana-foundation-sdk/dashboard'
 import * as expr from '@grafana/grafana-foundation-sdk/expr'
 import * as prometheus from '@grafana/grafana-foundation-sdk/prometheus'
-import { EVALUATION_INTERVAL_SECONDS, alertAnnotations, alertsFor, comparison, type AlertDefinition, type Dialect } from './alert-definitions'
+import { RULE_GROUPS, alertAnnotations, alertsFor, comparison, type AlertDefinition, type Dialect, type RuleGroupName } from './alert-definitions'
 import { SCRAPE_JOB, ttlOf } from './queries'
 import { buildDashboard, panelId } from './dashboard'
 import { DEFAULT_SETTINGS, type BuildSettings } from './settings'
@@ -13,7 +13,8 @@ import { DEFAULT_SETTINGS, type BuildSettings } from './settings'
  * here and run `npm run dashboards`.
  */
 export const PROMETHEUS_UID = 'prometheus'
-export const RULE_GROUP = 'idempotency'
+/** The main rule group's name (RULE_GROUPS.main), in both systems. */
+export const RULE_GROUP = RULE_GROUPS.main.name
 export const RULE_FOLDER = 'Idempotency'
 /** Grafana's id for its server-side expressions (reduce, threshold). */
 const EXPRESSION_UID = '__expr__'
@@ -37,7 +38,7 @@ export const GRAFANA_DIALECT: Dialect = { value: `$values.${REDUCED}.Value`, ttl
 function grafanaRule(alert: AlertDefinition, settings: BuildSettings, board: dashboard.Dashboard): alerting.RuleBuilder {
   const rule = new alerting.RuleBuilder(alert.name)
     .uid(alert.uid)
-    .ruleGroup(RULE_GROUP)
+    .ruleGroup(RULE_GROUPS[alert.group ?? 'main'].name)
     .folderUID(RULE_FOLDER)
     .orgID(1)
     .condition('C')
@@ -55,7 +56,8 @@ function grafanaRule(alert: AlertDefinition, settings: BuildSettings, board: das
     .withQuery(new alerting.QueryBuilder('A')
       .datasourceUid(PROMETHEUS_UID)
       .relativeTimeRange({ from: 600, to: 0 })
-      .model(new prometheus.DataqueryBuilder().refId('A').expr(alert.expr).instant()))
+      // A per-series threshold is compared in PromQL: A keeps the series over theirs, and C asks for any (> 0).
+      .model(new prometheus.DataqueryBuilder().refId('A').expr(alert.perSeriesThreshold ? comparison(alert.expr, 0, alert.perSeriesThreshold) : alert.expr).instant()))
     .withQuery(new alerting.QueryBuilder(REDUCED)
       .datasourceUid(EXPRESSION_UID)
       .model(new expr.TypeReduceBuilder().refId(REDUCED).expression('A').reducer('last')))
@@ -70,12 +72,20 @@ function grafanaRule(alert: AlertDefinition, settings: BuildSettings, board: das
     .model(new prometheus.DataqueryBuilder().refId(TTL_QUERY).expr(ttlOf(settings.job)).instant()))
 }
 
-export function buildGrafanaRuleGroup(settings: BuildSettings = DEFAULT_SETTINGS, board: dashboard.Dashboard = buildDashboard()): alerting.RuleGroup {
-  return new alerting.RuleGroupBuilder(RULE_GROUP)
+/** The alerts of each rule group (RULE_GROUPS), in their order; a group with no alert is left out. */
+function byGroup(alerts: readonly AlertDefinition[]): [RuleGroupName, AlertDefinition[]][] {
+  return (Object.keys(RULE_GROUPS) as RuleGroupName[])
+    .map((group): [RuleGroupName, AlertDefinition[]] => [group, alerts.filter((alert) => (alert.group ?? 'main') === group)])
+    .filter(([, members]) => members.length > 0)
+}
+
+/** Grafana's rule groups, each evaluated at its own interval (RULE_GROUPS: the provider alert's every 10 s, Grafana's least). */
+export function buildGrafanaRuleGroups(settings: BuildSettings = DEFAULT_SETTINGS, board: dashboard.Dashboard = buildDashboard()): alerting.RuleGroup[] {
+  return byGroup(alertsFor(settings.job)).map(([group, alerts]) => new alerting.RuleGroupBuilder(RULE_GROUPS[group].name)
     .folderUid(RULE_FOLDER)
-    .interval(EVALUATION_INTERVAL_SECONDS)
-    .rules(alertsFor(settings.job).map((alert) => grafanaRule(alert, settings, board)))
-    .build()
+    .interval(RULE_GROUPS[group].grafanaSeconds)
+    .rules(alerts.map((alert) => grafanaRule(alert, settings, board)))
+    .build())
 }
 
 /**
@@ -87,14 +97,13 @@ export function buildGrafanaRuleGroup(settings: BuildSettings = DEFAULT_SETTINGS
  * with the same values.
  */
 export function grafanaProvisioning(settings: BuildSettings = DEFAULT_SETTINGS, board: dashboard.Dashboard = buildDashboard()) {
-  const group = buildGrafanaRuleGroup(settings, board)
   return {
     apiVersion: 1,
-    groups: [{
+    groups: buildGrafanaRuleGroups(settings, board).map((group) => ({
       orgId: 1,
       name: group.title,
       folder: RULE_FOLDER,
-      interval: `${group.interval ?? EVALUATION_INTERVAL_SECONDS}s`,
+      interval: `${group.interval}s`,
       rules: (group.rules ?? []).map((rule) => ({
         uid: rule.uid,
         title: rule.title,
@@ -109,24 +118,28 @@ export function grafanaProvisioning(settings: BuildSettings = DEFAULT_SETTINGS, 
         annotations: rule.annotations,
         isPaused: false,
       })),
-    }],
+    })),
   }
 }
 
-/** The same alerts as a Prometheus rule file. */
+/**
+ * The same alerts as a Prometheus rule file: one group per RULE_GROUPS entry,
+ * each with its own `interval:` (which overrides the global
+ * evaluation_interval, 1 m by default): the stale-key detection time counts
+ * on the main group's 30 s, the provider alert's construction on its 5 s.
+ */
 export function prometheusRules(settings: BuildSettings = DEFAULT_SETTINGS) {
   return {
-    groups: [{
-      name: RULE_GROUP,
-      // Overrides the global evaluation_interval (1 m by default): the stale-key detection time counts on 30 s.
-      interval: `${EVALUATION_INTERVAL_SECONDS}s`,
-      rules: alertsFor(settings.job).map((alert) => ({
+    groups: byGroup(alertsFor(settings.job)).map(([group, alerts]) => ({
+      name: RULE_GROUPS[group].name,
+      interval: `${RULE_GROUPS[group].prometheusSeconds}s`,
+      rules: alerts.map((alert) => ({
         alert: alert.name,
-        expr: comparison(alert.expr, alert.threshold),
+        expr: comparison(alert.expr, alert.threshold, alert.perSeriesThreshold),
         for: alert.for,
         labels: { severity: alert.severity },
         annotations: alertAnnotations(alert, settings, prometheusDialect(settings.job)),
       })),
-    }],
+    })),
   }
 }

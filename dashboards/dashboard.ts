@@ -3,10 +3,10 @@ import * as dashboard from '@grafana/grafana-foundation-sdk/dashboard'
 import * as prometheus from '@grafana/grafana-foundation-sdk/prometheus'
 import * as stat from '@grafana/grafana-foundation-sdk/stat'
 import * as timeseries from '@grafana/grafana-foundation-sdk/timeseries'
-import { CONFLICT_RATIO_THRESHOLD, OUTAGE_FOR_SECONDS, PROVIDER_SLOW_SECONDS, SERVER_ERRORS_THRESHOLD, STALE_KEYS_FOR_SECONDS, TENANT_REFUSALS_THRESHOLD } from './alert-definitions'
+import { CONFLICT_RATIO_THRESHOLD, OUTAGE_FOR_SECONDS, PROVIDER_DEADLINE_SHARE_OF_TTL, PROVIDER_SLOW_HEADROOM_SECONDS, PROVIDER_SLOW_MIN_SECONDS, PROVIDER_SLOW_SECONDS, SERVER_ERRORS_THRESHOLD, STALE_KEYS_FOR_SECONDS, TENANT_REFUSALS_THRESHOLD } from './alert-definitions'
 import {
   PANELS, SELECTED, TTL, conflictRatio, duplicateEntities, forcedExpirations, gaugesRefreshFailed,
-  latencyQuantile, notReady, oldestProcessingAge, outcomes, providerOldestCall, serverErrorRatio, staleKeys, tenantRefusals,
+  latencyQuantile, notReady, oldestProcessingAge, outcomes, providerOldestCall, providerSlowThresholdExpr, serverErrorRatio, staleKeys, tenantRefusals,
 } from './queries'
 import { DEFAULT_SETTINGS, type BuildSettings } from './settings'
 
@@ -138,9 +138,10 @@ export function buildDashboard(settings: BuildSettings = DEFAULT_SETTINGS): dash
     .withPanel(graph('Provider calls by outcome', 'Calls per second to the payment provider by outcome. Lost answers are retried with the same key; a deadline may have charged (see the admin\'s released-after-deadline list).', 'reqps')
       .stacking(new common.StackingConfigBuilder().mode(common.StackingMode.Normal))
       .withTarget(query(`sum by (outcome) (rate(idempotency_provider_request_duration_seconds_count{${SELECTED}}[$__rate_interval]))`, '{{outcome}}')))
-    .withPanel(graph(PANELS.providerInFlight, `Calls to the payment provider in progress now, and the age of the oldest, per instance: a hung provider shows here while it hangs (the histogram only when its calls end at their deadline). The paging alert fires when the oldest is over ${PROVIDER_SLOW_SECONDS} s.`, 'none')
+    .withPanel(graph(PANELS.providerInFlight, `Calls to the payment provider in progress now, and the age of the oldest, per instance: a hung provider shows here while it hangs (the histogram only when its calls end at their deadline). The paging alert fires when the oldest passes its threshold (C, from each instance's TTL: the TTL less a tenth, less ${PROVIDER_SLOW_HEADROOM_SECONDS} s, between ${PROVIDER_SLOW_MIN_SECONDS} and ${PROVIDER_SLOW_SECONDS} s), before the first request waiting on it reaches its deadline.`, 'none')
       .withTarget(query(`sum by (instance) (idempotency_provider_calls_in_flight{${SELECTED}})`, 'in flight: {{instance}}', 'A'))
-      .withTarget(query(providerOldestCall(SELECTED), 'oldest (s): {{instance}}', 'B')))
+      .withTarget(query(providerOldestCall(SELECTED), 'oldest (s): {{instance}}', 'B'))
+      .withTarget(query(providerSlowThresholdExpr(SELECTED, ['instance'], PROVIDER_DEADLINE_SHARE_OF_TTL, PROVIDER_SLOW_HEADROOM_SECONDS, PROVIDER_SLOW_MIN_SECONDS, PROVIDER_SLOW_SECONDS), 'alert threshold (s): {{instance}}', 'C')))
     .withPanel(graph('Deadlines and releases by reason', 'Requests that ran into their deadline, and keys released by reason: after their deadline (the provider may have charged: the admin lists them with their downstream keys), after a failure, by a shutdown.', 'ops')
       .withTarget(query(`sum(rate(idempotency_deadline_exceeded_total{${SELECTED}}[$__rate_interval]))`, 'deadline hit', 'A'))
       .withTarget(query(`sum by (reason) (rate(idempotency_releases_total{${SELECTED}}[$__rate_interval]))`, 'released: {{reason}}', 'B')))

@@ -150,6 +150,16 @@ export function providerOldestCall(filter: string, by: readonly string[] = ['ins
   return `${aggregate('max', by)}idempotency_provider_oldest_call_seconds${matchers(filter)})`
 }
 
+/**
+ * The provider alert's threshold per `by` (job and instance), from the TTL
+ * each instance runs with: `share` of it (the deadline) less `headroom` (a
+ * scrape, an evaluation, slack), clamped to [min, max] seconds
+ * (alert-definitions.ts providerSlowThreshold computes the same).
+ */
+export function providerSlowThresholdExpr(filter: string, by: readonly string[], share: number, headroom: number, min: number, max: number): string {
+  return `clamp(${aggregate('max', by)}idempotency_ttl_seconds${matchers(filter)}) * ${share} - ${headroom}, ${min}, ${max})`
+}
+
 /** Requests refused at their tenant's limits (429), per second, by tenant (and `by`). */
 export function tenantRefusals(filter: string, window: string, by: readonly string[] = ['tenant', 'reason']): string {
   return `${aggregate('sum', by)}rate(http_tenant_refusals_total${matchers(filter)}[${window}]))`

@@ -7,11 +7,12 @@ import { expect, test } from 'bun:test'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { ALERTS, EVALUATION_INTERVAL_SECONDS, OUTAGE_FOR_SECONDS, OUTAGE_PAGE_WITHIN_SECONDS, STALE_KEYS_FOR_SECONDS, outageDetection, staleKeyDetection } from '../../dashboards/alert-definitions'
+import { ALERTS, ASSUMED_SCRAPE_INTERVAL_SECONDS, EVALUATION_INTERVAL_SECONDS, GRAFANA_PROVIDER_SCRAPE_INTERVAL_SECONDS, OUTAGE_FOR_SECONDS, PROVIDER_SLOW_SLACK_SECONDS, RULE_GROUPS, providerSlowDetection, providerSlowThreshold, OUTAGE_PAGE_WITHIN_SECONDS, STALE_KEYS_FOR_SECONDS, outageDetection, staleKeyDetection } from '../../dashboards/alert-definitions'
 import { OUTPUTS } from '../../dashboards/build'
 import { DEFAULT_ADMIN_URL, SettingsError, settingsFromEnv } from '../../dashboards/settings'
 import { loadRunbooks, OPERATORS_GUIDE } from '../../src/admin/runbooks'
 import { DEFAULT_TTL_SECONDS } from '../../src/config'
+import { executionBudgetMs } from '../../src/core/policy'
 import { metricNames } from './promql'
 
 const ROOT = join(import.meta.dir, '..', '..')
@@ -32,8 +33,9 @@ function anchors(markdown: string): Map<string, string> {
   return sections
 }
 
-const prometheusRules = () => (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any).groups[0].rules as any[]
-const grafanaRules = () => (Bun.YAML.parse(readFileSync(OUTPUTS.grafanaAlerts, 'utf8')) as any).groups[0].rules as any[]
+/** Every rule of every group (the provider alert has a group of its own). */
+const prometheusRules = () => (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any).groups.flatMap((group: any) => group.rules) as any[]
+const grafanaRules = () => (Bun.YAML.parse(readFileSync(OUTPUTS.grafanaAlerts, 'utf8')) as any).groups.flatMap((group: any) => group.rules) as any[]
 
 test('every rule, Prometheus and Grafana, has an absolute runbook_url: the page the service serves from its runbook section in docs/operators.md', () => {
   const sections = anchors(readFileSync(RUNBOOK, 'utf8'))
@@ -108,7 +110,7 @@ test('with the defaults, a stale key alerts within TTL + 2 minutes of its worker
   expect(time.firingSeconds).toBeLessThanOrEqual(DEFAULT_TTL_SECONDS + 120)
   expect(time.notifiedSeconds).toBeLessThanOrEqual(DEFAULT_TTL_SECONDS + 120)
   // The rule files hold the timings the computation assumes.
-  const prometheus = (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any).groups[0]
+  const prometheus = (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any).groups.find((group: any) => group.name === RULE_GROUPS.main.name)
   expect(prometheus.interval).toBe(`${EVALUATION_INTERVAL_SECONDS}s`)
   expect(prometheus.rules.find((rule: any) => rule.alert === 'IdempotencyStaleProcessingKeys').for).toBe(`${STALE_KEYS_FOR_SECONDS}s`)
   const runbook = anchors(readFileSync(RUNBOOK, 'utf8')).get('idempotencystaleprocessingkeys')!
@@ -119,7 +121,7 @@ test('with the defaults, a stale key alerts within TTL + 2 minutes of its worker
 test('the outage alerts (5xx share, readiness) page within 2 minutes of a database outage with the defaults, as their runbooks say', () => {
   const time = outageDetection()
   expect(time.notifiedSeconds).toBeLessThanOrEqual(OUTAGE_PAGE_WITHIN_SECONDS)
-  const rules = (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any).groups[0].rules
+  const rules = prometheusRules()
   for (const name of ['IdempotencyServerErrorsHigh', 'IdempotencyNotReady']) {
     const rule = rules.find((candidate: any) => candidate.alert === name)
     expect({ name, for: rule.for, severity: rule.labels.severity }).toEqual({ name, for: `${OUTAGE_FOR_SECONDS}s`, severity: 'page' })
@@ -149,7 +151,7 @@ test('one setting, ADMIN_URL or --admin-url, is validated, and `npm run dashboar
       const build = Bun.spawn(['bun', join(ROOT, 'dashboards', 'build.ts'), ...args], { env, stdout: 'pipe', stderr: 'pipe' })
       expect({ how, code: await build.exited }).toEqual({ how, code: 0 })
       const rules = Bun.YAML.parse(readFileSync(join(folder, 'prometheus-rules.yml'), 'utf8')) as any
-      const stale = rules.groups[0].rules.find((rule: any) => rule.alert === 'IdempotencyStaleProcessingKeys')
+      const stale = rules.groups.flatMap((group: any) => group.rules).find((rule: any) => rule.alert === 'IdempotencyStaleProcessingKeys')
       expect(stale.annotations.admin_url).toBe('https://pay.example.com/admin?tenant={{ $labels.tenant }}&stale=1')
       expect(stale.annotations.runbook_url).toBe('https://pay.example.com/admin/runbooks/IdempotencyStaleProcessingKeys')
       expect(readFileSync(join(folder, 'grafana-alerts.yml'), 'utf8')).toContain('https://pay.example.com/admin/runbooks/IdempotencyNotReady')
@@ -165,4 +167,46 @@ test('one setting, ADMIN_URL or --admin-url, is validated, and `npm run dashboar
   } finally {
     rmSync(folder, { recursive: true, force: true })
   }
+})
+
+// Catches: a threshold, a scrape or an evaluation interval that lets the provider alert fire after the
+// first request waiting on a hung provider has reached its deadline (it used to fire 30-50 s into a hang,
+// against a 28 s deadline).
+test('IdempotencyProviderSlow fires before the first deadline by construction: threshold + scrape + evaluation + slack < deadline, read from the generated rules, for every TTL from 25 s', () => {
+  const prometheus = Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any
+  const grafana = Bun.YAML.parse(readFileSync(OUTPUTS.grafanaAlerts, 'utf8')) as any
+  const groupOf = (file: any) => file.groups.find((group: any) => group.rules.some((rule: any) => (rule.alert ?? rule.title) === 'IdempotencyProviderSlow'))
+  const seconds = (duration: string) => Number(/^(\d+)s$/.exec(duration)![1])
+  // The threshold as each file computes it: clamp(TTL * share - headroom, min, max), per instance.
+  const THRESHOLD = /^max by \(job, instance\) \(idempotency_provider_oldest_call_seconds\{job="idempotent-post"\}\) > on \(job, instance\) clamp\(max by \(job, instance\) \(idempotency_ttl_seconds\{job="idempotent-post"\}\) \* ([\d.]+) - ([\d.]+), ([\d.]+), ([\d.]+)\)$/
+  const systems = [
+    { system: 'prometheus' as const, group: groupOf(prometheus), expr: (rule: any) => rule.expr, scrape: ASSUMED_SCRAPE_INTERVAL_SECONDS },
+    { system: 'grafana' as const, group: groupOf(grafana), expr: (rule: any) => rule.data[0].model.expr, scrape: GRAFANA_PROVIDER_SCRAPE_INTERVAL_SECONDS },
+  ]
+  for (const { system, group, expr, scrape } of systems) {
+    const rule = group.rules.find((candidate: any) => (candidate.alert ?? candidate.title) === 'IdempotencyProviderSlow')
+    expect({ system, for: rule.for }).toEqual({ system, for: '0s' })
+    const [share, headroom, min, max] = THRESHOLD.exec(expr(rule))!.slice(1).map(Number) as [number, number, number, number]
+    const evaluation = seconds(group.interval)
+    const holds: number[] = []
+    for (let ttl = 1; ttl <= 3600; ttl++) {
+      const threshold = Math.min(max, Math.max(min, ttl * share - headroom))
+      const firing = threshold + scrape + evaluation + PROVIDER_SLOW_SLACK_SECONDS
+      if (firing < executionBudgetMs(ttl) / 1000) holds.push(ttl)
+      expect({ system, ttl, threshold }).toEqual({ system, ttl, threshold: providerSlowThreshold(ttl) })
+    }
+    // It holds from 25 s on, for every TTL (the runbook says so), and not below (the floor of 1 s takes over).
+    expect({ system, from: holds[0], every: holds.length }).toEqual({ system, from: 25, every: 3600 - 25 + 1 })
+    // The default TTL, as the runbook's table adds it up.
+    const time = providerSlowDetection(DEFAULT_TTL_SECONDS, system)
+    expect({ system, evaluation, scrape }).toEqual({ system, evaluation: time.evaluationSeconds, scrape: time.scrapeSeconds })
+    expect(time.marginSeconds).toBeGreaterThan(0)
+  }
+  const time = providerSlowDetection()
+  expect({ threshold: time.thresholdSeconds, firing: time.firingSeconds, deadline: time.deadlineSeconds }).toEqual({ threshold: 5, firing: 26, deadline: 28 })
+  const runbook = anchors(readFileSync(RUNBOOK, 'utf8')).get('idempotencyproviderslow')!
+  for (const said of [`at most **${time.firingSeconds} s**`, `**${time.deadlineSeconds} s**`, `**${time.thresholdSeconds} s**`, 'every TTL of **25 s** or more'])
+    expect({ said, in: runbook.includes(said) }).toEqual({ said, in: true })
+  // The documented scrape interval the construction counts on: the example config in docs/observability.md.
+  expect(readFileSync(join(ROOT, 'docs', 'observability.md'), 'utf8')).toContain(`scrape_interval: ${ASSUMED_SCRAPE_INTERVAL_SECONDS}s`)
 })
