@@ -43,3 +43,27 @@ export function deadlineSignal(budgetMs: number, since = performance.now()): Dea
     clear: () => clearTimeout(timer),
   }
 }
+
+/**
+ * Settles with `work`, or rejects with the signal's reason when it fires
+ * first: a handler that ignores its signal still cannot keep the request (or
+ * its key) past the deadline. Its late result is dropped.
+ */
+export function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason)
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason)
+    signal.addEventListener('abort', onAbort, { once: true })
+    work.then(
+      (value) => { signal.removeEventListener('abort', onAbort); signal.aborted ? reject(signal.reason) : resolve(value) },
+      (error: unknown) => { signal.removeEventListener('abort', onAbort); reject(signal.aborted ? signal.reason : error) },
+    )
+  })
+}
+
+/** `work`, or `timeout()`'s error after `ms`; the work goes on (its late result is the caller's to handle). */
+export function withTimeout<T>(work: Promise<T>, ms: number, timeout: () => Error): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const expired = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(timeout()), ms) })
+  return Promise.race([work, expired]).finally(() => clearTimeout(timer))
+}

@@ -1,31 +1,34 @@
-import type postgres from 'postgres'
 import { Elysia } from 'elysia'
-import { TransformKind, type TSchema } from '@sinclair/typebox'
-import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { claim, inProgress } from '../core/claim'
-import { complete, type TransactionSql } from '../core/complete'
-import { deadlineSignal, DeadlineExceededError, executionBudgetMs, ShuttingDownError } from '../core/deadline'
+import { deadlineSignal, executionBudgetMs, untilAborted, withTimeout } from '../core/deadline'
 import { downstreamKey } from '../core/downstream-key'
-import { DatabaseUnavailableError, IdempotencyError, LeaseLostError, SQLSTATE, isUnavailable, sqlState } from '../core/errors'
+import { DatabaseUnavailableError, LeaseLostError, isUnavailable } from '../core/errors'
 import { fingerprint } from '../core/fingerprint'
 import { newLeaseId } from '../core/lease-id'
 import { release, type ReleaseReason } from '../core/release'
-import { completionState } from '../core/completion-state'
 import { recovering, type Recovery, type RetryCause, type StatementKind } from '../core/recovery'
-import { ReplayCache, type SeenRequest } from './replay-cache'
-import { RunningKeys } from './running-keys'
-import { completeRows, type RowWrites } from '../core/complete-rows'
 import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
+import { ReplayCache, type SeenRequest } from './replay-cache'
+import { RunningKeys } from './running-keys'
 import { DEFAULT_MAX_BODY_BYTES, parseJsonText, readJsonText } from './body'
-import { notify, type IdempotencyHooks, type Outcome } from './outcomes'
+import { completer } from './completion'
+import { failureResponse, releaseReasonOf, reportFailure, type KeyState } from './failure'
+import { recoverLostClaim } from './lost-claim'
+import { notify, type Outcome } from './outcomes'
 import { parseIdempotencyKey } from './idempotency-key'
-import { detail, idempotentOperation, type RouteDocs } from './operation'
-import { PLUGIN_PROBLEMS, problem, ProblemError, problemResponse, PROBLEM_CONTENT_TYPE, type Problem, type ProblemCatalogue } from './problem'
-import type { ClaimTicket, InFlight } from './in-flight'
-import { problemInstance, requestIdOf, requestLogger, stampedByPlugin } from './request-id'
-import { errorText, type Logger } from '../log'
+import { detail, idempotentOperation } from './operation'
+import { PLUGIN_PROBLEMS, problem, problemResponse, type Problem, type ProblemCatalogue } from './problem'
+import type { ClaimTicket } from './in-flight'
+import { requestIdOf, requestLogger, stampedByPlugin } from './request-id'
+import type { IdempotencyOptions, IdempotentRoute, RequestSummary } from './route'
+import { schemaValidator } from './schema-validator'
+import type { Logger } from '../log'
 import { pathnameOf } from './client'
+
+export type {
+  ActContext, Database, HandlerResult, IdempotencyOptions, IdempotencyPools, IdempotentRoute, RecordContext, RequestSummary, RowsContext, RowsResult, Validation,
+} from './route'
 
 /**
  * How long a failed request waits for its key's release before answering
@@ -42,183 +45,12 @@ const RELEASE_TIMEOUT_MS = 2_000
  * standby that stopped acknowledging, a saturated database): the request
  * answers 503 instead of hanging (SPEC: none hangs), and while the database
  * is known to be away the health gate answers 503 at once anyway. The
- * statement may still commit later: it is then a lost claim (below).
+ * statement may still commit later: it is then a lost claim (http/lost-claim.ts).
  */
 const CLAIM_TIMEOUT_MS = 5_000
 /** 10,000 answers of about 1 kB: 10 MB at most, enough for every key of a retry storm. */
 const DEFAULT_REPLAY_CACHE_ENTRIES = 10_000
-/**
- * When a claim's answer was lost (its connection reset, or it timed out), the
- * key may have been claimed under our lease after all: we release it under
- * that lease, now and then twice more, in case the statement was still
- * running. A release is conditional on our lease, so it never touches another
- * request's claim. Meanwhile the heartbeat no longer lists the lease, so a
- * retry or an operator may take the key over within a beat or two anyway.
- */
-const LOST_CLAIM_RELEASES_MS = [0, 1_000, 4_000] as const
 export { DEFAULT_MAX_BODY_BYTES, DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS }
-
-/** A postgres.js handle (`postgres(url)`), with the schema of sql/ applied to its database. */
-export type Database = postgres.Sql<Record<string, never>>
-
-/**
- * Two handles on one database (they may be the same one). Kept apart in the
- * service so a burst of completions never starves claims and 409s of
- * connections (No blocked connections, docs/invariants.md); engine's `openPools` makes both, with the session
- * settings that bound every statement and transaction (Bounded processing).
- */
-export interface IdempotencyPools {
-  /** Single statements in autocommit: claims, replays, releases. */
-  readonly short: Database
-  /** The completing transactions, each held for a couple of round trips. */
-  readonly work: Database
-}
-
-export interface IdempotencyOptions {
-  readonly pools: IdempotencyPools
-  /** The tenant of a request (from its credentials), or undefined for 401. Keys are scoped by it. */
-  readonly tenant: (request: Request) => string | undefined
-  /** The longest a request may process; a processing key older than this may be reclaimed. @default 30 */
-  readonly ttlSeconds?: number
-  /** How long a completed key is replayed. @default 86400 */
-  readonly retentionSeconds?: number
-  /** Larger bodies get 413. @default 65536 */
-  readonly maxBodyBytes?: number
-  /** Told each request's outcome, reclaims, lost claims and releases (for metrics). @default none */
-  readonly hooks?: IdempotencyHooks
-  /**
-   * Counts requests from their acceptance, so a shutdown can drain them (no
-   * new claim starts while it does), and lists the leases being worked on
-   * for the heartbeat (per-request liveness).
-   */
-  readonly inFlight?: InFlight
-  /** This process's heartbeat id (core/processes.ts), recorded as the owner of the keys it claims. */
-  readonly owner?: () => string | undefined
-  /** Tests move the clock with this instead of sleeping. @default the database's now() */
-  readonly now?: () => Date | undefined
-  /** Where the line about each failed, deadline-hit or fenced request goes (with its request id). @default src/log.ts's logger */
-  readonly log?: Logger
-  /**
-   * Completed keys' answers kept in this process, so a replay needs no
-   * database (http/replay-cache.ts: safe, a done key is immutable for its
-   * retention); 0 turns it off. Off when `now` moves the clock (tests). @default 10000
-   */
-  readonly replayCacheEntries?: number
-}
-
-/** What the recording step returns: stored and replayed byte for byte, 4xx included (a business refusal). */
-export interface HandlerResult {
-  readonly status: number
-  readonly body: unknown
-  readonly headers?: Readonly<Record<string, string>>
-}
-
-export interface ActContext<Body> {
-  readonly body: Body
-  readonly tenant: string
-  readonly key: string
-  readonly request: Request
-  /** Fires at the request's deadline, a little before the key's TTL ends: pass it to every foreign call. */
-  readonly signal: AbortSignal
-  /**
-   * Send this to the foreign service as its idempotency key. It is the same on
-   * every re-execution of this request (a reclaim, a retry after a failure or
-   * a lost answer), so the service returns what it did the first time instead
-   * of doing it again; it differs between tenants and between requests.
-   */
-  readonly idempotencyKey: string
-  /** 1 for the first execution of this request, more for re-executions. */
-  readonly attempt: number
-}
-
-export interface RecordContext<Body, Result> {
-  readonly body: Body
-  readonly tenant: string
-  readonly key: string
-  /** What the external step returned. */
-  readonly result: Result
-  /** The transaction that completes the key: write the entities in it, and nothing slow. */
-  readonly tx: TransactionSql
-}
-
-export interface RowsContext<Body, Result> {
-  readonly body: Body
-  readonly tenant: string
-  readonly key: string
-  /** What the external step returned. */
-  readonly result: Result
-}
-
-/** What a declarative recording step returns: the answer to store, and the rows to insert with it. */
-export interface RowsResult extends HandlerResult {
-  /**
-   * Rows to insert, by table (`{ payments: [{ id, tenant, ... }] }`), in the
-   * same statement that completes the key: a column a row leaves out gets
-   * its default. Names are checked (lower-case identifiers).
-   */
-  readonly insert: RowWrites
-}
-
-/** What the route keeps of a request at claim, for operators: a few small fields (a payment's customer and amount). */
-export type RequestSummary = Readonly<Record<string, string | number | boolean | null>>
-
-export type Validation<Body> = { ok: true; value: Body } | { ok: false; errors: string[] }
-
-export interface IdempotentRoute<Body, Result> {
-  /** Route path, also the `route` of the hooks' events. */
-  readonly path: string
-  /**
-   * The body's schema (TypeBox, i.e. JSON Schema): checks the body when no
-   * `validate` is given, and is the request body of the OpenAPI document.
-   */
-  readonly body?: TSchema & { static: Body }
-  /** Checks the parsed JSON body (`text`: as sent); errors become a 400 and nothing is stored. @default checks `body` */
-  readonly validate?: (body: unknown, text: string) => Validation<Body>
-  /** What the OpenAPI document says of this route besides what the plugin knows: its own answers (the 201), summary, tags. */
-  readonly docs?: RouteDocs
-  /**
-   * The route's own problem codes (`defineProblems`): an error thrown by `act`
-   * whose `code` is one of them (an IdempotencyError's `PROVIDER_FAILED` is
-   * `provider-failed`) is answered with it. A `ProblemError` is answered with
-   * its problem whatever its catalogue. @default the plugin's codes only
-   */
-  readonly problems?: ProblemCatalogue<string>
-  /**
-   * The external step: foreign calls (a payment provider), with no database
-   * connection held and no transaction open. Pass `signal` and
-   * `idempotencyKey` on. Throwing fails the request (5xx) and releases the key.
-   */
-  readonly act: (context: ActContext<Body>) => Promise<Result>
-  /**
-   * The recording step, declarative (give this or `record`): the answer to
-   * store and the rows to insert, written with the key's completion in one
-   * autocommit statement, batched with other requests' (core/complete-rows.ts).
-   * Two statements per fresh request in all, claim included. A status of 500
-   * or more is not stored: nothing is written and the key is released.
-   */
-  readonly recordRows?: (context: RowsContext<Body, Result>) => RowsResult | Promise<RowsResult>
-  /**
-   * The recording step, transactional (give this or `recordRows`): the
-   * business writes through `tx`, in the transaction that completes the key,
-   * and the answer to store; for writes that need one (reads, updates,
-   * several dependent statements). A status of 500 or more is not stored:
-   * the writes roll back and the key is released.
-   */
-  readonly record?: (context: RecordContext<Body, Result>) => Promise<HandlerResult>
-  /**
-   * A summary of the request kept with its claim (at no extra statement), so
-   * an operator can tell what a stuck or released request was: the
-   * provider-side fields to look it up by. Keep it small (at most 1 kB). @default none
-   */
-  readonly summary?: (body: Body) => RequestSummary
-}
-
-/** A recording step answered 5xx: its writes roll back, the key is released, the answer goes out once. */
-class FailedResult extends Error {
-  constructor(readonly response: StoredResponse) {
-    super(`the handler answered ${response.status}`)
-  }
-}
 
 /**
  * Makes a JSON POST route idempotent: `app.use(idempotentPost(options, route))`.
@@ -237,6 +69,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   const budgetMs = executionBudgetMs(ttlSeconds)
   const { pools, hooks = {} } = options
   const validate = route.validate ?? schemaValidator(route.body)
+  const completeRecovering = completer(route, pools, options.now)
   if (!route.record === !route.recordRows) throw new TypeError(`idempotentPost ${route.path}: give the route exactly one of record and recordRows`)
   const catalogue: ProblemCatalogue<string> = route.problems ? PLUGIN_PROBLEMS.with(route.problems) : PLUGIN_PROBLEMS
   const event = { route: route.path }
@@ -337,7 +170,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       claimed = await withTimeout(claiming, CLAIM_TIMEOUT_MS, () => new DatabaseUnavailableError(new Error(`the claim got no answer within ${CLAIM_TIMEOUT_MS} ms`)))
     } catch (error) {
       ticket?.end()
-      recoverLostClaim({ tenant, key, lease: leaseId }, claiming)
+      recoverLostClaim(pools.short, { tenant, key, lease: leaseId }, claiming, () => notify('onRelease', hooks.onRelease, { ...event, reason: 'lost_claim' }))
       // Past the deadline, whichever timer fired first (ours, or the queue's abort), the database did not answer in time.
       return failure(claimDeadline.aborted && !isUnavailable(error) ? new DatabaseUnavailableError(error) : error, started, 'lost-claim', about)
     }
@@ -382,9 +215,12 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         attempt: lease.attempts,
       }), deadline.signal)
       // The completing phase: one statement (or one short transaction), fenced by the lease.
-      const stored = await completeRecovering(lease, body, result, requestIdOf(request), claimSentAt + budgetMs, () => {
-        completing = true
-        completionSentAt ??= performance.now()
+      const stored = await completeRecovering({
+        lease, body, result, requestId: requestIdOf(request), recovery: recoveryUntil(claimSentAt + budgetMs),
+        sending: () => {
+          completing = true
+          completionSentAt ??= performance.now()
+        },
       })
       // The completion sets completed_at after completionSentAt: the entry ends before the key's retention, however late the commit's answer.
       cache?.set(lease.tenant, lease.key, seen, stored, retentionSeconds, completionSentAt!)
@@ -397,7 +233,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         logOf(about).warn('lease lost: the key was reclaimed or force-expired while this request ran; its writes were rolled back', { outcome: 'lease_lost', attempt: lease.attempts })
         return problemResponse(problem('lease-lost'))
       }
-      const reason = reasonOf(error)
+      const reason = releaseReasonOf(error)
       if (reason === 'deadline') notify('onDeadline', hooks.onDeadline, event)
       const released = await releaseQuietly(lease, reason)
       if (released) notify('onRelease', hooks.onRelease, { ...event, reason })
@@ -412,77 +248,9 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     }
   }
 
-  /**
-   * A claim that failed (reset, terminated, timed out) may have committed:
-   * release the key under our lease, when its late answer arrives and a few
-   * times over (LOST_CLAIM_RELEASES_MS). Every step is caught: nothing here
-   * may reject unhandled (invariant 9).
-   */
-  function recoverLostClaim(lease: Pick<Lease, 'tenant' | 'key' | 'lease'>, claiming: Promise<ClaimResult>): void {
-    const giveBack = () => release(pools.short, lease, 'lost_claim').then((released) => {
-      if (released) notify('onRelease', hooks.onRelease, { ...event, reason: 'lost_claim' })
-      return released
-    }, () => false)
-    claiming.then((late) => {
-      if (late.kind === 'created' || late.kind === 'reclaimed') void giveBack()
-    }, () => undefined)
-    let attempt = 0
-    const next = () => {
-      const wait = LOST_CLAIM_RELEASES_MS[attempt++]
-      if (wait === undefined) return
-      const timer = setTimeout(() => void giveBack().then((released) => { if (!released) next() }), wait)
-      timer.unref?.()
-    }
-    next()
-  }
-
   /** Recovery of a statement of this route until `until` (performance.now()), counted by kind and cause. */
   function recoveryUntil(until: number): Recovery {
     return { until, onRetry: (statement: StatementKind, cause: RetryCause) => notify('onRetry', hooks.onRetry, { ...event, statement, cause }) }
-  }
-
-  /**
-   * The completion, sent again while its connection fails under it and the
-   * request's deadline is ahead. Before each new attempt the key is read:
-   * done under our lease is the lost attempt's commit (its stored answer is
-   * the answer), processing under our lease means nothing committed (the
-   * recording step runs again: nothing of its last run was written), anything
-   * else a lost lease. A fence that fails on a later attempt is read the same
-   * way: the earlier attempt may have committed in between.
-   */
-  async function completeRecovering(lease: Lease, body: Body, result: Result, requestId: string, until: number, sending: () => void): Promise<StoredResponse> {
-    let lost = false
-    return recovering('completion', async (attempt) => {
-      if (attempt > 1) {
-        const state = await completionState(pools.short, lease)
-        if (state.kind === 'done') return state.response
-        if (state.kind === 'lost') {
-          lost = true
-          throw new LeaseLostError()
-        }
-      }
-      return completeWith(lease, body, result, requestId, sending)
-    }, recoveryUntil(until), (error, attempt) => !lost && (isUnavailable(error) || (error instanceof LeaseLostError && attempt > 1)))
-  }
-
-  /** The recording step and the completion, in the route's form; `sending` is called as the completion goes to the database. */
-  async function completeWith(lease: Lease, body: Body, result: Result, requestId: string, sending: () => void): Promise<StoredResponse> {
-    const now = options.now?.()
-    const context = { body, tenant: lease.tenant, key: lease.key, result }
-    if (route.recordRows) {
-      const answer = await route.recordRows(context)
-      const response = toStored(answer, requestId)
-      if (answer.status >= 500) throw new FailedResult(response)
-      sending()
-      return completeRows(pools.work, lease, response, answer.insert, { now })
-    }
-    sending()
-    return complete(pools.work, lease, async (tx) => {
-      const answer = await route.record!({ ...context, tx })
-      const response = toStored(answer, requestId)
-      if (answer.status >= 500) throw new FailedResult(response)
-      return response
-    }, { now })
   }
 
   async function releaseQuietly(lease: Lease, reason: ReleaseReason): Promise<boolean> {
@@ -497,42 +265,11 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     }
   }
 
-  /**
-   * What became of the key, for the answer's detail:
-   * - lost-claim: the claim failed; if it committed anyway, it is released under our lease;
-   * - released: given back, a retry runs again;
-   * - kept: the release failed, so the key becomes reclaimable (at the latest after the TTL);
-   * - unknown: the completion's answer was lost: it may have committed.
-   */
-  function failure(error: unknown, started: number, key: 'lost-claim' | 'released' | 'kept' | 'unknown', about: About, lease?: Lease): Response {
+  /** The answer and the line of a request that failed after its checks (http/failure.ts). */
+  function failure(error: unknown, started: number, key: KeyState, about: About, lease?: Lease): Response {
     count('failed', started)
-    report(error, key, about, lease)
-    const after = {
-      'lost-claim': 'retry with the same Idempotency-Key',
-      released: 'the idempotency key was released, so a retry runs again',
-      kept: `the idempotency key could not be released now; a retry can take it over within ${ttlSeconds} s`,
-      unknown: 'the outcome is unknown; retry with the same Idempotency-Key: a stored answer is replayed, otherwise the request runs again',
-    }[key]
-    if (error instanceof FailedResult)
-      return new Response(error.response.body, { status: error.response.status, headers: error.response.headers })
-    if (error instanceof DeadlineExceededError)
-      return problemResponse(problem('deadline-exceeded', `Processing ran into its deadline and was stopped; ${after}.`))
-    if (error instanceof ShuttingDownError)
-      return problemResponse(problem('shutting-down', `This server stopped before the request finished; ${after}.`))
-    if (key === 'unknown')
-      return problemResponse({ ...problem('database-unavailable', `The database did not confirm the completion; ${after}.`), retryAfterSeconds: 1 })
-    if (isUnavailable(error) || sqlState(error) === SQLSTATE.QUERY_CANCELED)
-      return problemResponse(problem('database-unavailable', `The database is unavailable; ${after}.`))
-    // Our own writes waited on a lock for lock_timeout: the request failed (its key was released), nothing is in progress.
-    if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE)
-      return problemResponse({ ...problem('database-unavailable', `A database lock was not obtained in time; ${after}.`), retryAfterSeconds: 1 })
-    // A problem the route chose, or an error with a catalogued code (e.g. provider-failed, 502); any other is internal.
-    if (error instanceof ProblemError)
-      return problemResponse({ ...error.problem, detail: `${error.problem.detail ?? error.problem.title}; ${after}.` })
-    const code = error instanceof IdempotencyError ? error.code.toLowerCase().replaceAll('_', '-') : ''
-    if (error instanceof IdempotencyError && error.status >= 500 && catalogue.has(code))
-      return problemResponse(catalogue.problem(code, `${error.message}; ${after}.`))
-    return problemResponse(problem('internal', `Processing failed; ${after}.`))
+    reportFailure(logOf(about), error, key, lease)
+    return failureResponse(error, key, catalogue, ttlSeconds)
   }
 
   /** The request's logger: its id, tenant, route and key on every line. */
@@ -551,72 +288,12 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     }
   }
 
-  /** One line per failed, deadline-hit or stopped request: what failed, and what became of its key. */
-  function report(error: unknown, key: 'lost-claim' | 'released' | 'kept' | 'unknown', about: About, lease: Lease | undefined): void {
-    const fields = {
-      outcome: 'failed',
-      ...(lease ? { attempt: lease.attempts } : {}),
-      key_state: { 'lost-claim': 'claim failed (released under its lease if it committed)', released: 'released', kept: 'not released (reclaimable)', unknown: 'outcome unknown (the completion may have committed)' }[key],
-      error,
-    }
-    const logger = logOf(about)
-    if (error instanceof FailedResult) logger.warn(`the handler answered ${error.response.status}`, fields)
-    else if (error instanceof DeadlineExceededError) logger.warn(`deadline: processing ran into its deadline (${error.budgetMs} ms) and was stopped; a foreign call in flight may still complete (the provider may have charged)`, { ...fields, outcome: 'deadline' })
-    else if (error instanceof ShuttingDownError) logger.warn('stopped by the shutdown before it finished', fields)
-    else if (isUnavailable(error) || sqlState(error) === SQLSTATE.QUERY_CANCELED) logger.warn(`database unavailable: ${errorText(error)}`, fields)
-    else if (error instanceof IdempotencyError && error.status >= 500) logger.warn(`${error.code.toLowerCase()}: ${error.message}`, fields)
-    else logger.error(`processing failed: ${errorText(error)}`, fields)
-  }
-
   return new Elysia({ name: 'idempotent-post', seed: route.path })
     .post(route.path, function idempotentHandler({ request }) { return handle(request) }, {
       parse: 'none',
       detail: detail(idempotentOperation(route.body, route.docs ?? {}, { ttlSeconds, retentionSeconds })),
     })
 }
-
-/**
- * The check of a TypeBox body schema, compiled once (TypeBox's checker is a
- * generated function, ~50x faster than interpreting). A schema with
- * transforms (Elysia's `t.Integer()`, `t.Numeric()` take "4" and mean 4) is
- * decoded too, so `act` gets the type the schema says: before, `"4"` passed
- * the check and reached `act` as a string while TypeScript said number.
- */
-function schemaValidator<Body>(schema: (TSchema & { static: Body }) | undefined): (body: unknown) => Validation<Body> {
-  if (!schema) throw new TypeError('idempotentPost: give the route a body schema or a validate function')
-  const check = TypeCompiler.Compile(schema)
-  const decodes = hasTransform(schema)
-  return (body) => check.Check(body)
-    ? { ok: true, value: (decodes ? check.Decode(body) : body) as Body }
-    : { ok: false, errors: [...check.Errors(body)].slice(0, 10).map((error) => `${error.path || '/'}: ${error.message}`) }
-}
-
-/** Whether `schema`, or any schema inside it, transforms what it checks. */
-function hasTransform(schema: unknown, seen = new Set<unknown>()): boolean {
-  if (typeof schema !== 'object' || schema === null || seen.has(schema)) return false
-  seen.add(schema)
-  if (TransformKind in schema) return true
-  return Object.values(schema).some((inner) => hasTransform(inner, seen))
-}
-
-/**
- * A stored problem carries its first request's `instance`, so its replays
- * are that answer byte for byte (the edge adds `instance` only where none is).
- */
-function toStored(result: HandlerResult, requestId: string): StoredResponse {
-  const isProblem = result.status >= 400
-  const body = isProblem && isPlainObject(result.body) && !('instance' in result.body)
-    ? { ...result.body, instance: problemInstance(requestId) }
-    : result.body
-  return {
-    status: result.status,
-    headers: { 'content-type': isProblem ? PROBLEM_CONTENT_TYPE : 'application/json', ...result.headers },
-    body: JSON.stringify(body),
-  }
-}
-
-const isPlainObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === 'object' && value !== null && !Array.isArray(value)
 
 /** What a request is, for its log lines. */
 interface About {
@@ -637,40 +314,9 @@ function requestPath(request: Request): string {
   return pathnameOf(request).replace(/\/+$/, '') || '/'
 }
 
-/**
- * Settles with `work`, or rejects with the signal's reason when it fires
- * first: a handler that ignores its signal still cannot keep the request (or
- * its key) past the deadline. Its late result is dropped.
- */
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason)
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason)
-    signal.addEventListener('abort', onAbort, { once: true })
-    work.then(
-      (value) => { signal.removeEventListener('abort', onAbort); signal.aborted ? reject(signal.reason) : resolve(value) },
-      (error: unknown) => { signal.removeEventListener('abort', onAbort); reject(signal.aborted ? signal.reason : error) },
-    )
-  })
-}
-
 function replay(response: StoredResponse): Response {
   return new Response(response.body, {
     status: response.status,
     headers: { ...response.headers, 'idempotent-replayed': 'true' },
   })
-}
-
-/** Why a failed request's key is released, for operators (a deadline may be followed by a late charge). */
-function reasonOf(error: unknown): ReleaseReason {
-  if (error instanceof DeadlineExceededError) return 'deadline'
-  if (error instanceof ShuttingDownError) return 'shutdown'
-  return 'failed'
-}
-
-/** `work`, or `timeout()`'s error after `ms`; the work goes on (its late result is the caller's to handle). */
-function withTimeout<T>(work: Promise<T>, ms: number, timeout: () => Error): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined
-  const expired = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(timeout()), ms) })
-  return Promise.race([work, expired]).finally(() => clearTimeout(timer))
 }

@@ -1,0 +1,93 @@
+/**
+ * The completing phase of a request: the route's recording step and the
+ * statement (or short transaction) that stores its answer, fenced by the
+ * lease, sent again while its connection fails under it.
+ */
+import { complete } from '../core/complete'
+import { completeRows } from '../core/complete-rows'
+import { completionState } from '../core/completion-state'
+import { LeaseLostError, isUnavailable } from '../core/errors'
+import { recovering, type Recovery } from '../core/recovery'
+import type { Lease, StoredResponse } from '../core/types'
+import { FailedResult } from './failure'
+import { PROBLEM_CONTENT_TYPE } from './problem'
+import { problemInstance } from './request-id'
+import type { HandlerResult, IdempotencyPools, IdempotentRoute } from './route'
+
+export interface Completion<Body, Result> {
+  readonly lease: Lease
+  readonly body: Body
+  readonly result: Result
+  /** The request's id: a stored problem carries it in its `instance`. */
+  readonly requestId: string
+  /** Recovery until the request's deadline. */
+  readonly recovery: Recovery
+  /** Called as the completion goes to the database (before that, nothing of it can have committed). */
+  readonly sending: () => void
+}
+
+export function completer<Body, Result>(route: IdempotentRoute<Body, Result>, pools: IdempotencyPools, now: (() => Date | undefined) | undefined) {
+  /**
+   * The completion, sent again while its connection fails under it and the
+   * request's deadline is ahead. Before each new attempt the key is read:
+   * done under our lease is the lost attempt's commit (its stored answer is
+   * the answer), processing under our lease means nothing committed (the
+   * recording step runs again: nothing of its last run was written), anything
+   * else a lost lease. A fence that fails on a later attempt is read the same
+   * way: the earlier attempt may have committed in between.
+   */
+  return function completeRecovering(completion: Completion<Body, Result>): Promise<StoredResponse> {
+    const { lease } = completion
+    let lost = false
+    return recovering('completion', async (attempt) => {
+      if (attempt > 1) {
+        const state = await completionState(pools.short, lease)
+        if (state.kind === 'done') return state.response
+        if (state.kind === 'lost') {
+          lost = true
+          throw new LeaseLostError()
+        }
+      }
+      return completeOnce(completion)
+    }, completion.recovery, (error, attempt) => !lost && (isUnavailable(error) || (error instanceof LeaseLostError && attempt > 1)))
+  }
+
+  /** The recording step and the completion, in the route's form. */
+  async function completeOnce({ lease, body, result, requestId, sending }: Completion<Body, Result>): Promise<StoredResponse> {
+    const at = now?.()
+    const context = { body, tenant: lease.tenant, key: lease.key, result }
+    if (route.recordRows) {
+      const answer = await route.recordRows(context)
+      const response = toStored(answer, requestId)
+      if (answer.status >= 500) throw new FailedResult(response)
+      sending()
+      return completeRows(pools.work, lease, response, answer.insert, { now: at })
+    }
+    sending()
+    return complete(pools.work, lease, async (tx) => {
+      const answer = await route.record!({ ...context, tx })
+      const response = toStored(answer, requestId)
+      if (answer.status >= 500) throw new FailedResult(response)
+      return response
+    }, { now: at })
+  }
+}
+
+/**
+ * A stored problem carries its first request's `instance`, so its replays
+ * are that answer byte for byte (the edge adds `instance` only where none is).
+ */
+function toStored(result: HandlerResult, requestId: string): StoredResponse {
+  const isProblem = result.status >= 400
+  const body = isProblem && isPlainObject(result.body) && !('instance' in result.body)
+    ? { ...result.body, instance: problemInstance(requestId) }
+    : result.body
+  return {
+    status: result.status,
+    headers: { 'content-type': isProblem ? PROBLEM_CONTENT_TYPE : 'application/json', ...result.headers },
+    body: JSON.stringify(body),
+  }
+}
+
+const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value)
