@@ -144,6 +144,10 @@ export interface Config {
   readonly embeddedPort: number
   /** EMBEDDED_PG_PORT was set: a port taken by another server fails the start instead of moving to a free one. */
   readonly embeddedPortChosen: boolean
+  /** REQUIRE_TLS=1: a database or provider connection that may cross the network in plain text refuses the start (else production warns about the database's). */
+  readonly requireTls: boolean
+  /** DATABASE_URL may cross the network in plain text (plainTextDatabaseUrl): a refusal with REQUIRE_TLS=1, a warning in production. */
+  readonly databasePlainText: boolean
   readonly production: boolean
 }
 
@@ -304,17 +308,29 @@ export interface DatabaseConfig {
   readonly databasePgbouncer: boolean
   /** Data directory of the embedded PostgreSQL, used when DATABASE_URL is unset (EMBEDDED_PG_DIR, default .data/pg). */
   readonly embeddedDir: string
+  /** REQUIRE_TLS=1 (see Config). */
+  readonly requireTls: boolean
+  /** DATABASE_URL reaches another host and nothing makes the driver use TLS (see plainTextDatabaseUrl). */
+  readonly databasePlainText: boolean
 }
 
-/** DATABASE_URL, DATABASE_PGBOUNCER and EMBEDDED_PG_DIR, validated as the server validates them (loadConfig calls this). */
-export function loadDatabaseConfig(env: Env = process.env): DatabaseConfig {
+/**
+ * DATABASE_URL, DATABASE_PGBOUNCER, EMBEDDED_PG_DIR and REQUIRE_TLS, validated
+ * as the server validates them: the CLI and `npm run migrate` call this too,
+ * so REQUIRE_TLS=1 keeps them off a plain-text database as it keeps the server.
+ * loadConfig passes `{ tls: false }` and judges the database and the provider together.
+ */
+export function loadDatabaseConfig(env: Env = process.env, options: { tls?: boolean } = {}): DatabaseConfig {
   const databaseUrl = env.DATABASE_URL?.trim() || undefined
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl))
     throw new ConfigError('DATABASE_URL', 'must be a postgres:// or postgresql:// URL')
   // Parsed here, so a URL the driver cannot read stops the start naming the variable (not "Invalid URL" from deep inside).
   if (databaseUrl !== undefined && !URL.canParse(splitHosts(databaseUrl).single))
     throw new ConfigError('DATABASE_URL', 'is not a URL that parses (a password with @, / or : must be percent-encoded); not shown, it may hold a password')
-  return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1, embeddedDir: env.EMBEDDED_PG_DIR?.trim() || DEFAULT_EMBEDDED_DIR }
+  const requireTls = integer(env, 'REQUIRE_TLS', 0, 0, 1) === 1
+  const databasePlainText = databaseUrl !== undefined && plainTextDatabaseUrl(databaseUrl, env)
+  if (options.tls !== false && requireTls && databasePlainText) throw databasePlainTextRefused()
+  return { databaseUrl, databasePgbouncer: integer(env, 'DATABASE_PGBOUNCER', 0, 0, 1) === 1, embeddedDir: env.EMBEDDED_PG_DIR?.trim() || DEFAULT_EMBEDDED_DIR, requireTls, databasePlainText }
 }
 
 /** localhost, 127.0.0.0/8 or ::1: a connection that never leaves the host. */
@@ -323,26 +339,59 @@ export function isLoopback(hostname: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
 }
 
+/** The modes in which postgres.js speaks TLS or fails (prefer and allow fall back to plain text). */
+const TLS_MODES = ['require', 'verify-ca', 'verify-full', 'true']
+
 /**
- * Why the database connection may travel in plain text, or undefined: in
- * production a DATABASE_URL to another host without `sslmode=require`
- * (or verify-ca, verify-full). Said as a warning at start, not refused: a
- * private network or a Unix socket is a decision the operator may have made.
+ * Whether a connection to `url` may cross the network in plain text: a host
+ * other than this one (every host of a multi-host URL; a Unix socket never
+ * leaves it) and no TLS mode in the URL (`sslmode=`, `ssl=`,
+ * `sslrootcert=system`) nor, where the URL names none, in PGSSL, which the
+ * driver reads too. The URL is never part of a message: it may hold a password.
  */
-export function plainTextDatabase(config: Pick<Config, 'production' | 'databaseUrl'>): string | undefined {
-  if (!config.production || !config.databaseUrl) return undefined
-  const { hosts: listed, single } = splitHosts(config.databaseUrl)
+export function plainTextDatabaseUrl(databaseUrl: string, env: Env = {}): boolean {
+  const { hosts: listed, single } = splitHosts(databaseUrl)
   let url: URL
   try {
     url = new URL(single)
   } catch {
-    return undefined
+    return false
   }
   const hosts = (listed ?? url.host).split(',').map((host) => host.replace(/:\d+$/, ''))
-  if (hosts.every(isLoopback) || url.hostname === '' || url.searchParams.get('host')?.startsWith('/')) return undefined
-  const mode = url.searchParams.get('sslmode') ?? url.searchParams.get('ssl')
-  if (mode && ['require', 'verify-ca', 'verify-full', 'true'].includes(mode)) return undefined
-  return 'DATABASE_URL reaches another host without sslmode=require (or verify-ca, verify-full): keys, answers and payments may cross the network in plain text'
+  if (hosts.every(isLoopback) || url.hostname === '' || url.searchParams.get('host')?.startsWith('/')) return false
+  if (url.searchParams.get('sslrootcert') === 'system') return false
+  const mode = url.searchParams.get('sslmode') ?? url.searchParams.get('ssl') ?? env.PGSSL?.trim()
+  return !(mode && TLS_MODES.includes(mode))
+}
+
+const DATABASE_PLAIN_TEXT = 'reaches another host without sslmode=require (or verify-ca, verify-full): keys, answers and payments may cross the network in plain text'
+const databasePlainTextRefused = () => new ConfigError('DATABASE_URL', `${DATABASE_PLAIN_TEXT}, and REQUIRE_TLS=1 refuses that: add sslmode=verify-full (or require) to it, or unset REQUIRE_TLS`)
+const providerPlainTextRefused = () => new ConfigError('PAYMENT_PROVIDER_URL', 'is plain http:// to another host (charges and the provider\'s credentials in plain text), and REQUIRE_TLS=1 refuses that: use https://, or http:// to this host (a sidecar that adds TLS)')
+
+/**
+ * The warning a production start without REQUIRE_TLS=1 gives for a database
+ * reached in plain text, or undefined. Warned, not refused, by default: a
+ * private network is a decision the operator may have made; REQUIRE_TLS=1
+ * makes it a refusal (loadConfig).
+ */
+export function plainTextDatabase(config: Pick<Config, 'production' | 'databaseUrl'> & { readonly databasePlainText?: boolean }): string | undefined {
+  if (!config.production || !config.databaseUrl || !(config.databasePlainText ?? plainTextDatabaseUrl(config.databaseUrl))) return undefined
+  return `DATABASE_URL ${DATABASE_PLAIN_TEXT} (REQUIRE_TLS=1 refuses such a start)`
+}
+
+/**
+ * REQUIRE_TLS=1: each connection that may cross the network in plain text,
+ * named by its variable, all at once (fixing one and restarting to learn of
+ * the next costs a restart).
+ */
+function refusePlainText(database: DatabaseConfig, provider: URL | undefined): void {
+  if (!database.requireTls) return
+  const refused = [
+    ...(database.databasePlainText ? [databasePlainTextRefused()] : []),
+    ...(provider?.protocol === 'http:' && !isLoopback(provider.hostname) ? [providerPlainTextRefused()] : []),
+  ]
+  if (refused.length === 1) throw refused[0]!
+  if (refused.length > 1) throw new ConfigError(refused[0]!.variable, `REQUIRE_TLS=1 refuses ${refused.length} plain-text connections:\n${refused.map((error) => `  ${error.message}`).join('\n')}`)
 }
 
 /** NODE_ENV=production in any letter case (`Production` too): a near miss must not turn the checks off. */
@@ -377,7 +426,8 @@ export function loadConfig(env: Env = process.env): Config {
   const retentionSeconds = integer(env, 'IDEMPOTENCY_RETENTION_SECONDS', DEFAULT_RETENTION_SECONDS, 1)
   if (retentionSeconds < ttlSeconds)
     throw new ConfigError('IDEMPOTENCY_RETENTION_SECONDS', `must be at least IDEMPOTENCY_TTL_SECONDS (${ttlSeconds}), got ${retentionSeconds}`)
-  const { databaseUrl, databasePgbouncer, embeddedDir } = loadDatabaseConfig(env)
+  const database = loadDatabaseConfig(env, { tls: false })
+  const { databaseUrl, databasePgbouncer, embeddedDir } = database
   // Production runs on nothing made for a laptop: no embedded database (its superuser is postgres:postgres), no simulator taking "payments".
   if (production && !databaseUrl) throw new ConfigError('DATABASE_URL', 'must be set when NODE_ENV=production (the embedded PostgreSQL is for development)')
   const provider = providerUrl(env)
@@ -386,6 +436,7 @@ export function loadConfig(env: Env = process.env): Config {
   const providerAt = provider ? new URL(provider) : undefined
   if (production && providerAt?.protocol === 'http:' && !isLoopback(providerAt.hostname))
     throw new ConfigError('PAYMENT_PROVIDER_URL', 'must be https:// when NODE_ENV=production (plain http:// only to this host, e.g. a sidecar that adds TLS)')
+  refusePlainText(database, providerAt)
   const { keys, demo } = apiKeys(env, production)
   const admins = operators(env, production)
   const host = env.HOST?.trim() || DEFAULT_HOST
@@ -432,6 +483,8 @@ export function loadConfig(env: Env = process.env): Config {
     embeddedDir,
     embeddedPort: integer(env, 'EMBEDDED_PG_PORT', DEFAULT_EMBEDDED_PORT, 1, 65535),
     embeddedPortChosen: (env.EMBEDDED_PG_PORT ?? '').trim() !== '',
+    requireTls: database.requireTls,
+    databasePlainText: database.databasePlainText,
     production,
   })
 }

@@ -7,6 +7,9 @@
 import { describe, expect, test } from 'bun:test'
 import { createHash } from 'node:crypto'
 import { ConfigError, loadConfig, loadDatabaseConfig, plainTextDatabase } from '../../src/config'
+import { createTestDatabase } from '../support/db'
+import { spawnService } from '../support/process'
+import { startProvider } from '../support/server'
 import { maskedUrl } from '../../src/store/masked-url'
 
 /** A secret production takes: long, and random-looking (its characters carry well over 96 bits), the same for a tag every run. */
@@ -55,6 +58,11 @@ const REFUSALS: [label: string, env: Record<string, string>, variable: string][]
   ['an API key of a short pattern repeated', { ...PRODUCTION, API_KEYS: `acme:${'abcd'.repeat(10)}` }, 'API_KEYS'],
   ['a METRICS_TOKEN of one letter 40 times', { ...PRODUCTION, METRICS_TOKEN: 'm'.repeat(40) }, 'METRICS_TOKEN'],
   ['a provider over plain http:// to another host', { ...PRODUCTION, PAYMENT_PROVIDER_URL: 'http://provider.example' }, 'PAYMENT_PROVIDER_URL'],
+  ['a database reached in plain text, with REQUIRE_TLS=1', { ...PRODUCTION, REQUIRE_TLS: '1' }, 'DATABASE_URL'],
+  ['REQUIRE_TLS=yes (0 or 1 only)', { ...PRODUCTION, REQUIRE_TLS: 'yes' }, 'REQUIRE_TLS'],
+  // REQUIRE_TLS holds whatever NODE_ENV says.
+  ['outside production, a database reached in plain text, with REQUIRE_TLS=1', { DATABASE_URL: 'postgres://app@db.internal:5432/payments', REQUIRE_TLS: '1' }, 'DATABASE_URL'],
+  ['outside production, a provider over plain http:// to another host, with REQUIRE_TLS=1', { DATABASE_URL: 'postgres://app@db.internal:5432/payments?sslmode=verify-full', PAYMENT_PROVIDER_URL: 'http://provider.example', REQUIRE_TLS: '1' }, 'PAYMENT_PROVIDER_URL'],
 ]
 
 describe('loadConfig in production', () => {
@@ -185,4 +193,136 @@ test('plain text in production: a provider over http:// is refused but to this h
   for (const url of ['postgres://app@db.internal/payments?sslmode=require', 'postgres://app@db.internal/payments?sslmode=verify-full', 'postgres://app@127.0.0.1/payments', 'postgres://app@localhost/payments'])
     expect({ url, warning: warned(url) }).toEqual({ url, warning: undefined })
   expect(plainTextDatabase(loadConfig({ ...PRODUCTION, NODE_ENV: 'test' }))).toBeUndefined()
+})
+
+/**
+ * REQUIRE_TLS=1 (issue 27: production "warns, or refuses with REQUIRE_TLS=1, on
+ * plain-text connections"): what production warns about, and a provider over
+ * plain http:// outside production, refuse the start, naming the variable to
+ * fix and the setting that refused it, never the URL (it may hold a password).
+ */
+describe('REQUIRE_TLS=1', () => {
+  const PASSWORD = 'pw-canary-4b1e'
+  const tls = (env: Record<string, string>) => refusal({ ...PRODUCTION, REQUIRE_TLS: '1', ...env })
+
+  // Catches: REQUIRE_TLS ignored, or a check that refuses a TLS or local connection (a start refused for nothing).
+  test('refuses a database reached in plain text, whatever spells it; takes every TLS mode, this host and a socket', () => {
+    for (const url of [
+      `postgres://app:${PASSWORD}@db.internal:5432/payments`,
+      'postgres://app@db.internal/payments?sslmode=prefer', // falls back to plain text
+      'postgres://app@db.internal/payments?sslmode=disable',
+      'postgres://app@127.0.0.1:5432,db.internal:5432/payments?target_session_attrs=read-write', // one host of a cluster elsewhere
+      'postgres://app@10.0.0.7/payments?ssl=false',
+    ]) {
+      const error = tls({ DATABASE_URL: url })
+      expect({ url, variable: error?.variable }).toEqual({ url, variable: 'DATABASE_URL' })
+      expect(error!.message).toContain('REQUIRE_TLS=1')
+      expect(error!.message).toContain('sslmode=verify-full')
+      expect(error!.message).not.toContain(PASSWORD)
+      expect(error!.message).not.toContain('db.internal')
+    }
+    for (const url of [
+      'postgres://app@db.internal/payments?sslmode=require', 'postgres://app@db.internal/payments?sslmode=verify-ca',
+      'postgres://app@db.internal/payments?sslmode=verify-full', 'postgres://app@db.internal/payments?ssl=true',
+      'postgres://app@db.internal/payments?sslrootcert=system', 'postgres://app@127.0.0.1/payments', 'postgres://app@[::1]:5432/payments',
+      'postgres://app@localhost/payments', 'postgres://app@127.0.0.1:5432,127.0.0.2:5433/payments', 'postgres:///payments?host=/var/run/postgresql',
+    ]) expect({ url, refused: tls({ DATABASE_URL: url })?.message }).toEqual({ url, refused: undefined })
+    // PGSSL, which the driver reads when the URL names no mode.
+    expect(tls({ DATABASE_URL: 'postgres://app@db.internal/payments', PGSSL: 'require' })).toBeUndefined()
+    expect(tls({ DATABASE_URL: 'postgres://app@db.internal/payments?sslmode=disable', PGSSL: 'require' })?.variable).toBe('DATABASE_URL')
+  })
+
+  test('outside production it refuses a provider over plain http:// to another host, never showing its credentials; this host is a sidecar', () => {
+    const env = { DATABASE_URL: 'postgres://app@db.internal/payments?sslmode=require', REQUIRE_TLS: '1' }
+    const error = refusal({ ...env, PAYMENT_PROVIDER_URL: `http://user:${PASSWORD}@provider.example/v1?key=${PASSWORD}` })
+    expect(error?.variable).toBe('PAYMENT_PROVIDER_URL')
+    expect(error!.message).toContain('REQUIRE_TLS=1')
+    expect(error!.message).not.toContain(PASSWORD)
+    expect(refusal({ ...env, PAYMENT_PROVIDER_URL: 'https://provider.example' })).toBeUndefined()
+    expect(refusal({ ...env, PAYMENT_PROVIDER_URL: 'http://127.0.0.1:8443' })).toBeUndefined()
+    // Without it, outside production, neither is refused.
+    expect(refusal({ DATABASE_URL: 'postgres://app@db.internal/payments', PAYMENT_PROVIDER_URL: 'http://provider.example' })).toBeUndefined()
+  })
+
+  test('both at once are named at once', () => {
+    const error = refusal({ DATABASE_URL: 'postgres://app@db.internal/payments', PAYMENT_PROVIDER_URL: 'http://provider.example', REQUIRE_TLS: '1' })
+    expect(error?.variable).toBe('DATABASE_URL')
+    expect(error!.message).toContain('REQUIRE_TLS=1 refuses 2 plain-text connections')
+    expect(error!.message).toContain('\n  DATABASE_URL: ')
+    expect(error!.message).toContain('\n  PAYMENT_PROVIDER_URL: ')
+  })
+
+  test('the CLI and npm run migrate read the database the same way: REQUIRE_TLS=1 keeps them off a plain-text one', () => {
+    expect(() => loadDatabaseConfig({ DATABASE_URL: 'postgres://app@db.internal/payments', REQUIRE_TLS: '1' })).toThrow(/^DATABASE_URL: .*REQUIRE_TLS=1/)
+    expect(loadDatabaseConfig({ DATABASE_URL: 'postgres://app@db.internal/payments' }).requireTls).toBe(false)
+    expect(() => loadDatabaseConfig({ DATABASE_URL: 'postgres://app@db.internal/payments?sslmode=verify-full', REQUIRE_TLS: '1' })).not.toThrow()
+  })
+
+  test('production without it warns, and the warning says how to refuse', () => {
+    expect(plainTextDatabase(loadConfig(PRODUCTION))).toContain('REQUIRE_TLS=1')
+  })
+
+  /** A host that is not loopback by its name but reaches this machine's PostgreSQL (Linux routes 0.0.0.0 to it). */
+  const elsewhere = (url: string) => {
+    const other = new URL(url)
+    other.hostname = '0.0.0.0'
+    other.password = PASSWORD
+    return other.toString()
+  }
+  const productionOn = (databaseUrl: string) => ({ ...PRODUCTION, DATABASE_URL: databaseUrl, PAYMENT_PROVIDER_URL: 'https://provider.invalid', HOST: '127.0.0.1', PORT: '0', TEST_ALLOW_PORT_0: '1' })
+
+  test('the real process: production on a plain-text database warns once and serves; with REQUIRE_TLS=1 it exits 2 naming both, before anything starts; neither prints the password', async () => {
+    const db = await createTestDatabase('require_tls')
+    try {
+      const { proc, url, output } = await spawnService({ env: { ...productionOn(elsewhere(db.url)), REQUIRE_TLS: undefined, PAYMENT_PROVIDER_PORT: undefined } })
+      try {
+        expect((await fetch(`${url}/healthz`)).status).toBe(200)
+        const warnings = output().split('\n').filter((line) => line.includes('"level":"warn"') && line.includes('plain text'))
+        expect(warnings).toHaveLength(1)
+        expect(JSON.parse(warnings[0]!)).toMatchObject({ variable: 'DATABASE_URL', msg: expect.stringContaining('REQUIRE_TLS=1') })
+      } finally {
+        proc.kill('SIGTERM')
+        await proc.exited
+      }
+      expect(output()).not.toContain(PASSWORD)
+
+      const refused = Bun.spawn([process.execPath, 'src/main.ts'], {
+        env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...productionOn(elsewhere(db.url)), REQUIRE_TLS: '1' },
+        stdout: 'pipe',
+        stderr: 'pipe',
+        timeout: 20_000, // a start that is not refused serves until killed
+      })
+      const [code, stdout, stderr] = await Promise.all([refused.exited, new Response(refused.stdout).text(), new Response(refused.stderr).text()])
+      expect(code).toBe(2)
+      const line = JSON.parse(stderr.trim()) as { level: string; msg: string; variable: string }
+      expect(line).toMatchObject({ level: 'error', variable: 'DATABASE_URL', msg: expect.stringMatching(/^configuration error: DATABASE_URL: .*REQUIRE_TLS=1/) })
+      expect(stdout.split('\n').filter(Boolean).map((text) => (JSON.parse(text) as { msg: string }).msg).filter((msg) => msg !== 'stopped')).toEqual([])
+      expect(`${stdout}${stderr}`).not.toContain(PASSWORD)
+    } finally {
+      await db.drop()
+    }
+  }, 60_000)
+
+  test('the real process with REQUIRE_TLS=1 on this host\'s database and a provider over http:// on this host (a TLS sidecar) serves; the CLI refuses a plain-text database with exit 2', async () => {
+    const db = await createTestDatabase('require_tls_local')
+    const provider = await startProvider()
+    try {
+      const { proc, url } = await spawnService({ env: { DATABASE_URL: db.url, REQUIRE_TLS: '1', NODE_ENV: 'development', PAYMENT_PROVIDER_URL: provider.url, API_KEYS: 'acme:acme-key' } })
+      try {
+        expect((await fetch(`${url}/api/payments`, { method: 'POST', headers: { authorization: 'Bearer acme-key', 'content-type': 'application/json', 'idempotency-key': 'tls-1' }, body: '{"amount":100,"currency":"EUR","customer":"c"}' })).status).toBe(201)
+      } finally {
+        proc.kill('SIGTERM')
+        await proc.exited
+      }
+      const cli = (databaseUrl: string) => Bun.spawnSync([process.execPath, 'src/cli.ts', 'counts'], { env: { ...process.env, DATABASE_URL: databaseUrl, REQUIRE_TLS: '1' }, stdout: 'pipe', stderr: 'pipe' })
+      const refused = cli(elsewhere(db.url))
+      expect(refused.exitCode).toBe(2)
+      expect(refused.stderr.toString()).toMatch(/^idem: DATABASE_URL: .*REQUIRE_TLS=1/)
+      expect(`${refused.stdout}${refused.stderr}`).not.toContain(PASSWORD)
+      expect(cli(db.url).exitCode).toBe(0)
+    } finally {
+      await provider.stop()
+      await db.drop()
+    }
+  }, 60_000)
 })

@@ -24,6 +24,9 @@ const MALFORMED: [label: string, env: Record<string, string>, variable: string][
   ['a PAYMENT_PROVIDER_URL of another scheme', { PAYMENT_PROVIDER_URL: `ftp://user:${secret('pw')}@provider.example` }, 'PAYMENT_PROVIDER_URL'],
   ['a DATABASE_URL that does not parse', { DATABASE_URL: `postgres://app:${secret('pw')}@db:notaport/payments` }, 'DATABASE_URL'],
   ['a METRICS_TOKEN with a space', { METRICS_TOKEN: `${secret('m')} x` }, 'METRICS_TOKEN'],
+  // Well-formed, and refused by REQUIRE_TLS=1: the refusal names the variable, not the URL.
+  ['a plain-text DATABASE_URL under REQUIRE_TLS=1', { DATABASE_URL: `postgres://app:${secret('pw')}@db.internal/payments`, REQUIRE_TLS: '1' }, 'DATABASE_URL'],
+  ['a plain http:// PAYMENT_PROVIDER_URL under REQUIRE_TLS=1', { DATABASE_URL: 'postgres://app@db.internal/payments?sslmode=require', PAYMENT_PROVIDER_URL: `http://user:${secret('pw')}@provider.example/?key=${secret('k')}`, REQUIRE_TLS: '1' }, 'PAYMENT_PROVIDER_URL'],
 ]
 
 describe('a refused configuration names the variable, never the secret', () => {
@@ -38,7 +41,7 @@ describe('a refused configuration names the variable, never the secret', () => {
   }
 
   test('the real process: exit 2, the variable named, no canary in anything it printed', async () => {
-    for (const [, env, variable] of MALFORMED.slice(0, 3)) {
+    for (const [, env, variable] of [...MALFORMED.slice(0, 3), ...MALFORMED.filter(([, env]) => env.REQUIRE_TLS)]) {
       const proc = Bun.spawn([process.execPath, 'src/main.ts'], { env: { ...process.env, ...env }, stdout: 'pipe', stderr: 'pipe' })
       const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
       expect(code).toBe(2)
