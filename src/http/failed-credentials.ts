@@ -25,6 +25,8 @@ export const CREDENTIAL_AREAS: readonly CredentialArea[] = ['api', 'metrics']
 
 export class FailedCredentials {
   readonly #throttles: Map<CredentialArea, SignInThrottle>
+  /** The IETF RateLimit fields of this throttle (as rate-limit.ts writes the tenant's): a 429 on /api says which limit it is. */
+  readonly #policy: string
 
   /** `perMinute`: failures from one address within a minute before it is throttled (AUTH_FAILURES_PER_MINUTE); 0 counts and logs but never throttles. */
   constructor(
@@ -34,6 +36,7 @@ export class FailedCredentials {
     now: () => number = Date.now,
   ) {
     this.#throttles = new Map(CREDENTIAL_AREAS.map((area) => [area, new SignInThrottle(now, undefined, perMinute)]))
+    this.#policy = `"credentials";q=${perMinute};w=${WINDOW_MS / 1000}`
   }
 
   /** The answer for an address throttled in `area`, before its credential is looked at; undefined to go on. */
@@ -44,7 +47,8 @@ export class FailedCredentials {
     if (!state.throttled) return undefined
     if (throttle.firstRefusal(address))
       this.log.warn(`${area === 'api' ? 'API key' : 'metrics token'} attempts throttled`, { area, address, retry_after_seconds: state.retryAfterSeconds, request_id: requestIdOf(request) })
-    return problemResponse({ ...EDGE_PROBLEMS.problem('credentials-throttled'), retryAfterSeconds: state.retryAfterSeconds })
+    return problemResponse({ ...EDGE_PROBLEMS.problem('credentials-throttled'), retryAfterSeconds: state.retryAfterSeconds },
+      { 'ratelimit-policy': this.#policy, ratelimit: `"credentials";r=0;t=${state.retryAfterSeconds}` })
   }
 
   /** A credential `request` presented in `area` was wrong. */

@@ -52,6 +52,9 @@ test('wrong API keys: 10 answered 401, then 429 with Retry-After for every key f
   expect(right.status).toBe(429)
   expect(Number(right.headers.get('retry-after'))).toBeGreaterThan(0)
   expect(((await right.json()) as { code: string }).code).toBe('credentials-throttled')
+  // A 429 on /api says which limit it is, as the tenant limits' do (issue 27: the RateLimit fields on 429s).
+  expect(right.headers.get('ratelimit-policy')).toBe('"credentials";q=10;w=60')
+  expect(right.headers.get('ratelimit')).toBe(`"credentials";r=0;t=${right.headers.get('retry-after')}`)
   expect(await failures('api')).toBe(10)
   expect(logged('wrong API key')).toHaveLength(1)
   expect(logged('API key attempts throttled')).toHaveLength(1)
