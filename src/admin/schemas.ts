@@ -73,8 +73,8 @@ export const EndSessionForm = t.Object({ csrf: t.Optional(Csrf), id: SessionId }
 export const SessionsQuery = t.Object({ ended: t.Optional(SessionId) })
 export const ExpireStaleForm = t.Object({ csrf: t.Optional(Csrf), as_of: t.String({ format: 'date-time' }), tenant: t.Optional(Text(64)) })
 
-/** POST /admin/api/keys/expire: the lease as the list gave it (a string), or as a number. */
-export const ApiExpireBody = t.Object({ tenant: Tenant, key: Key, lease: t.Union([Lease, t.Integer({ minimum: 1 })]) })
+/** POST /admin/api/keys/expire: the lease as the list gave it (a string), or as a number JSON holds exactly (1e300 is an "integer" too, and was a 500). */
+export const ApiExpireBody = t.Object({ tenant: Tenant, key: Key, lease: t.Union([Lease, t.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER })]) })
 export const ApiExpireStaleBody = t.Object({ as_of: t.Optional(t.String({ format: 'date-time' })), tenant: t.Optional(Text(64)) })
 export const ApiPurgeBody = t.Object({})
 

@@ -1,5 +1,6 @@
 /** Option parsers and the options several commands share; a bad value is a usage error (exit 2). */
 import { InvalidArgumentError, type Command } from 'commander'
+import { isPositiveBigint } from '../operations/ids'
 
 /** --ttl-seconds, --retention-seconds: whole seconds, as the server's own settings are. */
 export function seconds(value: string): number {
@@ -13,7 +14,7 @@ export function positiveInt(value: string): number {
 }
 
 export function lease(value: string): string {
-  if (!/^[1-9]\d{0,18}$/.test(value)) throw new InvalidArgumentError('must be a lease number as listed')
+  if (!isPositiveBigint(value)) throw new InvalidArgumentError('must be a lease number as listed')
   return value
 }
 

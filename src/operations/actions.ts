@@ -10,7 +10,7 @@ import { expireStale, type ExpireStaleResult } from '../core/expire-stale'
 import { forceExpire, type ExpireTarget, type ForceExpireResult } from '../core/force-expire'
 import { expired, releasedExpired, stale, staleEntry } from '../core/policy'
 import { purgeExpired } from '../core/purge'
-import type { OperationsContext } from './context'
+import { OperationInputError, type OperationsContext } from './context'
 import { log as processLog } from '../log'
 import type { KeyFilters } from './filters'
 import { listKeys, type ProcessingKey } from './list'
@@ -58,8 +58,19 @@ export async function previewExpireStale(context: OperationsContext, tenant: str
   return { asOf, tenant, stale: row!.stale, keys: page.keys, ttlSeconds: context.ttlSeconds }
 }
 
+/**
+ * An instant PostgreSQL takes as the driver writes it: a JS Date past the year
+ * 9999 is written `+275760-...`, which PostgreSQL refuses (22009) where a year 0
+ * is refused as out of range: both the request's mistake, never a 500.
+ */
+function isInstant(date: Date): boolean {
+  const year = date.getUTCFullYear()
+  return Number.isFinite(date.getTime()) && year >= 1 && year <= 9999
+}
+
 /** Expires every key stale at `asOf` (default now), skipping live workers' (core/expire-stale.ts). */
 export async function expireStaleKeys(context: OperationsContext, options: { asOf?: Date | undefined; tenant?: string | undefined }, actor: string): Promise<ExpireStaleResult> {
+  if (options.asOf !== undefined && !isInstant(options.asOf)) throw new OperationInputError('as_of must be an instant between the years 1 and 9999')
   const result = await expireStale(context.sql, { asOf: options.asOf ?? context.now?.(), tenant: options.tenant }, actor)
   logAction(context, 'expire_all_stale', { actor, tenant: options.tenant, expired: result.expired, worker_alive: result.workerAlive, audit_id: result.auditId })
   return result

@@ -1,6 +1,7 @@
 /** Reading the audit trail: newest first, filtered; one entry. Writes go through core/audit.ts. */
 import { AUDIT_ACTIONS, type AuditAction } from '../core/audit'
 import { OperationInputError, type OperationsContext } from './context'
+import { isPositiveBigint } from './ids'
 import { pageLimit } from './list'
 
 export interface AuditRecord {
@@ -35,7 +36,6 @@ export interface RawAuditFilters {
 }
 
 export const MAX_AUDIT_PAGE = 500
-const ID = /^[1-9]\d{0,18}$/
 const CONTROL = /[\u0000-\u001f\u007f]/
 
 /** Validates audit filters as typed (blank means none); throws OperationInputError naming the bad one. */
@@ -48,7 +48,7 @@ export function parseAuditFilters(raw: RawAuditFilters): AuditFilters {
   const action = raw.action?.trim() || undefined
   if (action !== undefined && !(AUDIT_ACTIONS as readonly string[]).includes(action)) throw new OperationInputError(`action must be one of ${AUDIT_ACTIONS.join(', ')}`)
   const before = raw.before?.trim() || undefined
-  if (before !== undefined && !ID.test(before)) throw new OperationInputError('before must be an audit entry id')
+  if (before !== undefined && !isPositiveBigint(before)) throw new OperationInputError('before must be an audit entry id (1 to 9223372036854775807)')
   return { actor: text('actor', raw.actor, 128), action: action as AuditAction | undefined, tenant: text('tenant', raw.tenant, 64), key: text('key', raw.key, 255), before }
 }
 
@@ -83,7 +83,7 @@ export async function listAudit(context: OperationsContext, filters: AuditFilter
 
 /** One entry by id, or undefined. */
 export async function auditEntry(context: OperationsContext, id: string): Promise<AuditRecord | undefined> {
-  if (!ID.test(id)) throw new OperationInputError('an audit entry id is a positive whole number')
+  if (!isPositiveBigint(id)) throw new OperationInputError('an audit entry id is a whole number from 1 to 9223372036854775807')
   const [entry] = await context.sql<AuditRecord[]>`
     select id::text, at, actor, action, tenant, key, outcome, detail from idempotency_audit where id = ${id}`
   return entry

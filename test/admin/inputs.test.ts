@@ -85,3 +85,57 @@ test('bidi controls in client-chosen text (a request summary) are written out on
   expect(html).not.toMatch(/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/)
   expect(visibleBidi('a\u2066b\u200fc')).toBe('a<U+2066>b<U+200F>c')
 })
+
+/**
+ * Every admin input, each given the values that broke one of them once (issue
+ * 27, finding 6: bigint, 1e300, year 0) and their neighbours: no answer is a
+ * 5xx, on the JSON API or the pages, signed in, over real HTTP. The values go
+ * where a client or an operator can put them: path, query, form and JSON.
+ */
+test('no value in any admin input is answered 500', async () => {
+  const signed = await signIn(admin.url)
+  const lease = await stuckKey(db.sql, 'acme', 'matrix-key')
+  const ids = [BEYOND_BIGINT, '9223372036854775808', '1e300', '1e+300', '0', '-1', '00000000000000000001', '١٢', ' 1', '']
+  const instants = ['0000-01-01T00:00:00Z', '2026-02-30T00:00:00Z', '2025-02-29T12:00:00Z', '2026-01-01T24:00:00Z', '+275760-09-13T00:00:00Z', '9999-12-31T23:59:59Z', '1e300', '2026-13-01T00:00:00Z', '2026-01-01T00:00:60Z']
+  const numbers = [1e300, 2 ** 63, 9.5, -1, 0, Number.MAX_SAFE_INTEGER + 2]
+  const limits = ['0', '9999', '1e3', '-1', '501']
+  const q = (value: string) => encodeURIComponent(value)
+  const answers: [string, Promise<Response>][] = []
+  const get = (path: string) => answers.push([`GET ${path}`, fetch(`${admin.url}${path}`, { headers: { cookie: signed.cookie }, redirect: 'manual' })])
+  const apiGet = (path: string) => answers.push([`API GET ${path}`, api(admin.url, path)])
+  const apiPost = (path: string, body: unknown) => answers.push([`API POST ${path} ${JSON.stringify(body)}`, api(admin.url, path, { method: 'POST', body })])
+  const form = (path: string, fields: Record<string, string>) => answers.push([`POST ${path} ${JSON.stringify(fields)}`, postForm(admin.url, path, { csrf: signed.csrf, ...fields }, { cookie: signed.cookie })])
+  for (const id of ids) {
+    apiGet(`/admin/api/audit/${q(id)}`)
+    apiGet(`/admin/api/audit?before=${q(id)}`)
+    get(`/admin/audit/${q(id)}`)
+    get(`/admin/audit?before=${q(id)}`)
+    get(`/admin?result=${q(id)}`)
+    get(`/admin/keys/acme/matrix-key?result=${q(id)}`)
+    get(`/admin/key?tenant=acme&key=matrix-key&result=${q(id)}`)
+    get(`/admin/sessions?ended=${q(id)}`)
+    get(`/admin/confirm/expire?tenant=acme&key=matrix-key&lease=${q(id)}`)
+    apiPost('/admin/api/keys/expire', { tenant: 'acme', key: 'matrix-key', lease: id })
+    form('/admin/keys/expire', { tenant: 'acme', key: 'matrix-key', lease: id })
+    form('/admin/sessions/end', { id })
+  }
+  for (const lease of numbers) apiPost('/admin/api/keys/expire', { tenant: 'acme', key: 'matrix-key', lease })
+  for (const asOf of instants) {
+    apiPost('/admin/api/keys/expire-stale', { as_of: asOf, tenant: 'nobody' })
+    form('/admin/expire-stale', { as_of: asOf, tenant: 'nobody' })
+  }
+  for (const limit of limits) {
+    apiGet(`/admin/api/keys?limit=${q(limit)}`)
+    apiGet(`/admin/api/audit?limit=${q(limit)}`)
+    apiGet(`/admin/api/released?limit=${q(limit)}`)
+  }
+  const failed: string[] = []
+  for (const [label, answer] of answers) {
+    const status = (await answer).status
+    if (status >= 500) failed.push(`${label} → ${status}`)
+  }
+  expect(failed).toEqual([])
+  // None of it touched the key.
+  const [row] = await db.sql<{ lease: string; status: string }[]>`select lease::text, status from idempotency_keys where key = 'matrix-key'`
+  expect(row).toEqual({ lease, status: 'processing' })
+}, 60_000)
