@@ -155,6 +155,34 @@ describe('the client address', () => {
     }
   })
 
+  // Catches: the leftmost (client-chosen) entry taken when the header has fewer entries than trusted hops.
+  test('behind TRUST_PROXY=2, a header with fewer entries than hops is no address: a client cannot pick a fresh one per attempt', async () => {
+    const admin = throttledAdmin({ trustProxy: 2 })
+    try {
+      for (let i = 0; i < MAX_FAILURES; i++) expect((await signInForm(admin.server.url, wrong(i), { 'x-forwarded-for': `192.0.2.${i}` })).status).toBe(401)
+      expect((await signInForm(admin.server.url, ADMIN_TOKEN, { 'x-forwarded-for': '192.0.2.200' })).status).toBe(429)
+      expect(new Set(admin.lines.filter((line) => line.address !== undefined).map((line) => line.address))).toEqual(new Set(['127.0.0.1']))
+    } finally {
+      await admin.server.stop()
+    }
+  })
+
+  // Catches: a proxy's ip:port taken whole (a fresh port, a fresh bucket) or not parsed (every client in the proxy's bucket),
+  // and an IPv4-mapped spelling counted apart.
+  test('behind TRUST_PROXY=1, ip:port and IPv4-mapped spellings are one client, and another client is not held with it', async () => {
+    const admin = throttledAdmin({ trustProxy: 1 })
+    try {
+      const spellings = (i: number) => [`203.0.113.7:${40000 + i}`, `::ffff:203.0.113.7`, `[::ffff:cb00:7107]:${50000 + i}`, '203.0.113.7'][i % 4]!
+      for (let i = 0; i < MAX_FAILURES; i++) expect((await signInForm(admin.server.url, wrong(i), { 'x-forwarded-for': spellings(i) })).status).toBe(401)
+      expect((await signInForm(admin.server.url, ADMIN_TOKEN, { 'x-forwarded-for': '203.0.113.7:1' })).status).toBe(429)
+      expect(new Set(admin.lines.filter((line) => line.msg === 'admin sign-in failed: wrong token').map((line) => line.address))).toEqual(new Set(['203.0.113.7']))
+      // Another client behind the same proxy signs in.
+      expect((await signInForm(admin.server.url, ADMIN_TOKEN, { 'x-forwarded-for': '198.51.100.20:1234' })).status).toBe(303)
+    } finally {
+      await admin.server.stop()
+    }
+  })
+
   test('without TRUST_PROXY, X-Forwarded-For is ignored: a client cannot pick a fresh address per attempt', async () => {
     const admin = throttledAdmin()
     try {

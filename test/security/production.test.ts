@@ -58,6 +58,8 @@ const REFUSALS: [label: string, env: Record<string, string>, variable: string][]
   ['an API key of a short pattern repeated', { ...PRODUCTION, API_KEYS: `acme:${'abcd'.repeat(10)}` }, 'API_KEYS'],
   ['a METRICS_TOKEN of one letter 40 times', { ...PRODUCTION, METRICS_TOKEN: 'm'.repeat(40) }, 'METRICS_TOKEN'],
   ['a provider over plain http:// to another host', { ...PRODUCTION, PAYMENT_PROVIDER_URL: 'http://provider.example' }, 'PAYMENT_PROVIDER_URL'],
+  ['the bench routes (BENCH_BASELINE_ROUTE=1: a route that charged twice for one body; removed)', { ...PRODUCTION, BENCH_BASELINE_ROUTE: '1' }, 'BENCH_BASELINE_ROUTE'],
+  ['a DATABASE_URL that does not parse (exited 1 with "Invalid URL")', { ...PRODUCTION, DATABASE_URL: 'postgres://app:p/ss@db.internal,db2.internal/payments' }, 'DATABASE_URL'],
   ['a database reached in plain text, with REQUIRE_TLS=1', { ...PRODUCTION, REQUIRE_TLS: '1' }, 'DATABASE_URL'],
   ['REQUIRE_TLS=yes (0 or 1 only)', { ...PRODUCTION, REQUIRE_TLS: 'yes' }, 'REQUIRE_TLS'],
   // REQUIRE_TLS holds whatever NODE_ENV says.
