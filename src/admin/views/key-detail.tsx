@@ -55,7 +55,7 @@ export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
         <dt>Request summary</dt>
         <dd id="request-summary">
           {detail.payment
-            ? <span safe>{`customer ${detail.payment.customer}, ${detail.payment.amount} ${detail.payment.currency} (minor units)`}</span>
+            ? <span safe>{visibleBidi(`customer ${detail.payment.customer}, ${detail.payment.amount} ${detail.payment.currency} (minor units)`)}</span>
             : detail.summary
               ? <span safe>{summaryText(detail.summary)}</span>
               : <span class="muted">None stored: the route keeps no summary, or the key was claimed before summaries were kept. The service keeps only the request's fingerprint.</span>}
@@ -88,7 +88,7 @@ export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
           <dl class="facts">
             <dt>Id</dt><dd class="mono" safe>{detail.payment.id}</dd>
             <dt>Amount</dt><dd class="mono" safe>{`${detail.payment.amount} ${detail.payment.currency}`}</dd>
-            <dt>Customer</dt><dd class="mono" safe>{detail.payment.customer}</dd>
+            <dt>Customer</dt><dd class="mono" safe>{visibleBidi(detail.payment.customer)}</dd>
             <dt>Provider charge</dt><dd class="mono" safe>{detail.payment.providerReference}</dd>
             <dt>Created</dt><dd class="mono" safe>{time(detail.payment.createdAt)}</dd>
           </dl>
@@ -97,7 +97,8 @@ export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
       {detail.response ? (
         <>
           <h2 safe>{`Stored answer: ${detail.response.status}${detail.response.truncated ? ' (cut)' : ''}`}</h2>
-          <pre safe>{detail.response.body}</pre>
+          {/* The answer as stored: JSON keeps a customer's or description's bidi controls as they came. */}
+          <pre safe>{visibleBidi(detail.response.body)}</pre>
         </>
       ) : ''}
 

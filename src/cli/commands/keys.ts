@@ -71,7 +71,7 @@ export function addKeyCommands(program: Command, { out: { print, printJson, tabl
         ['request id', detail.httpRequestId ?? '-'],
         ['execution id', detail.requestId],
         ['downstream key', detail.downstreamKey],
-        ['payment', detail.payment ? `${detail.payment.id}: ${detail.payment.amount} ${detail.payment.currency} for ${detail.payment.customer}, charge ${detail.payment.providerReference}` : '-'],
+        ['payment', detail.payment ? visibleBidi(`${detail.payment.id}: ${detail.payment.amount} ${detail.payment.currency} for ${detail.payment.customer}, charge ${detail.payment.providerReference}`) : '-'],
       ])
       print()
       print(previewText(detail))
