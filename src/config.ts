@@ -434,9 +434,10 @@ export function loadConfig(env: Env = process.env): Config {
   if (production && !provider) throw new ConfigError('PAYMENT_PROVIDER_URL', 'must be set when NODE_ENV=production (the bundled simulator takes no real payments)')
   // Charges and the provider's credentials cross the network in it: in production only over TLS, or to this host (a sidecar that adds TLS).
   const providerAt = provider ? new URL(provider) : undefined
+  // REQUIRE_TLS=1 first: it names the database and the provider together.
+  refusePlainText(database, providerAt)
   if (production && providerAt?.protocol === 'http:' && !isLoopback(providerAt.hostname))
     throw new ConfigError('PAYMENT_PROVIDER_URL', 'must be https:// when NODE_ENV=production (plain http:// only to this host, e.g. a sidecar that adds TLS)')
-  refusePlainText(database, providerAt)
   const { keys, demo } = apiKeys(env, production)
   const admins = operators(env, production)
   const host = env.HOST?.trim() || DEFAULT_HOST

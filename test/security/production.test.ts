@@ -246,12 +246,14 @@ describe('REQUIRE_TLS=1', () => {
     expect(refusal({ DATABASE_URL: 'postgres://app@db.internal/payments', PAYMENT_PROVIDER_URL: 'http://provider.example' })).toBeUndefined()
   })
 
-  test('both at once are named at once', () => {
-    const error = refusal({ DATABASE_URL: 'postgres://app@db.internal/payments', PAYMENT_PROVIDER_URL: 'http://provider.example', REQUIRE_TLS: '1' })
-    expect(error?.variable).toBe('DATABASE_URL')
-    expect(error!.message).toContain('REQUIRE_TLS=1 refuses 2 plain-text connections')
-    expect(error!.message).toContain('\n  DATABASE_URL: ')
-    expect(error!.message).toContain('\n  PAYMENT_PROVIDER_URL: ')
+  test('both at once are named at once, in production too', () => {
+    for (const env of [{}, { ...PRODUCTION }]) {
+      const error = refusal({ ...env, DATABASE_URL: 'postgres://app@db.internal/payments', PAYMENT_PROVIDER_URL: 'http://provider.example', REQUIRE_TLS: '1' })
+      expect(error?.variable).toBe('DATABASE_URL')
+      expect(error!.message).toContain('REQUIRE_TLS=1 refuses 2 plain-text connections')
+      expect(error!.message).toContain('\n  DATABASE_URL: ')
+      expect(error!.message).toContain('\n  PAYMENT_PROVIDER_URL: ')
+    }
   })
 
   test('the CLI and npm run migrate read the database the same way: REQUIRE_TLS=1 keeps them off a plain-text one', () => {
