@@ -12,10 +12,15 @@ export interface RealPrometheus {
   alerts(names: readonly string[]): Promise<PromAlert[]>
   /** An instant query's first value. */
   instant(expr: string): Promise<string | undefined>
+  /** An instant query's every series, with its labels and value. */
+  query(expr: string): Promise<{ metric: Record<string, string>; value: number }[]>
+  /** The scrape targets Prometheus has, with their last scrape (undefined before the first). */
+  targets(): Promise<PromTarget[]>
   stop(): Promise<void>
 }
 
-export interface PromAlert { labels: Record<string, string>; annotations: Record<string, string>; state: 'pending' | 'firing' }
+export interface PromAlert { labels: Record<string, string>; annotations: Record<string, string>; state: 'pending' | 'firing'; activeAt?: string; value?: string }
+export interface PromTarget { job: string; instance: string; health: string; lastScrape: number | undefined }
 
 export interface PrometheusOptions {
   /** The rule file's contents (the project's rules, adjusted by the test). */
@@ -26,6 +31,22 @@ export interface PrometheusOptions {
   readonly scrapeTimeout: string
 }
 
+export interface ScrapeJob {
+  readonly job: string
+  /** host:port of each target's /metrics. */
+  readonly targets: readonly string[]
+  readonly interval: string
+  readonly timeout: string
+}
+
+/** Several scrape jobs, each at its own interval, and several rule files (each with its groups' own intervals). */
+export interface PrometheusSetup {
+  readonly ruleFiles: readonly ReturnType<typeof prometheusRules>[]
+  readonly jobs: readonly ScrapeJob[]
+  /** For rule groups without an `interval:` of their own. @default '1s' */
+  readonly evaluationInterval?: string
+}
+
 function freePort(): number {
   const probe = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response(null) })
   const port = probe.port!
@@ -34,12 +55,20 @@ function freePort(): number {
 }
 
 export async function startPrometheus(options: PrometheusOptions): Promise<RealPrometheus> {
+  return startPrometheusWith({
+    ruleFiles: [options.rules],
+    jobs: [{ job: 'idempotent-post', targets: [options.target], interval: options.scrapeInterval, timeout: options.scrapeTimeout }],
+  })
+}
+
+export async function startPrometheusWith(setup: PrometheusSetup): Promise<RealPrometheus> {
   const dir = mkdtempSync(join(tmpdir(), 'idem-prometheus-'))
-  await Bun.write(join(dir, 'rules.yml'), Bun.YAML.stringify(options.rules, null, 2))
+  const ruleFiles = setup.ruleFiles.map((_, i) => `rules-${i}.yml`)
+  for (const [i, rules] of setup.ruleFiles.entries()) await Bun.write(join(dir, ruleFiles[i]!), Bun.YAML.stringify(rules, null, 2))
   await Bun.write(join(dir, 'prometheus.yml'), Bun.YAML.stringify({
-    global: { scrape_interval: options.scrapeInterval, evaluation_interval: '1s', scrape_timeout: options.scrapeTimeout },
-    rule_files: ['rules.yml'],
-    scrape_configs: [{ job_name: 'idempotent-post', static_configs: [{ targets: [options.target] }] }],
+    global: { evaluation_interval: setup.evaluationInterval ?? '1s' },
+    rule_files: ruleFiles,
+    scrape_configs: setup.jobs.map((job) => ({ job_name: job.job, scrape_interval: job.interval, scrape_timeout: job.timeout, static_configs: [{ targets: job.targets }] })),
   }, null, 2))
   const port = freePort()
   const url = `http://127.0.0.1:${port}`
@@ -73,6 +102,18 @@ export async function startPrometheus(options: PrometheusOptions): Promise<RealP
     async instant(expr) {
       const body = await (await fetch(`${url}/api/v1/query?query=${encodeURIComponent(expr)}`)).json() as any
       return body.data?.result?.[0]?.value?.[1]
+    },
+    async query(expr) {
+      const body = await (await fetch(`${url}/api/v1/query?query=${encodeURIComponent(expr)}`)).json() as any
+      if (body.status !== 'success') throw new Error(`${expr}: ${body.error}`)
+      return (body.data.result as { metric: Record<string, string>; value: [number, string] }[]).map((r) => ({ metric: r.metric, value: Number(r.value[1]) }))
+    },
+    async targets() {
+      const body = await (await fetch(`${url}/api/v1/targets?state=active`)).json() as any
+      return (body.data.activeTargets as any[]).map((t) => {
+        const at = Date.parse(t.lastScrape)
+        return { job: t.labels.job, instance: t.labels.instance, health: t.health, lastScrape: at > 0 ? at : undefined }
+      })
     },
     stop,
   }
