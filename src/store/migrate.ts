@@ -29,7 +29,7 @@ export const SERVICE_MIGRATIONS: MigrationLine = Object.freeze({ name: 'service'
 export const SERVICE_LINES: readonly MigrationLine[] = Object.freeze([ENGINE_MIGRATIONS, SERVICE_MIGRATIONS])
 
 /** Any fixed number; it only has to be the same in every process of this product, every release (the single-line runner used it too). */
-const MIGRATION_LOCK_ID = 7_246_013_917
+export const MIGRATION_LOCK_ID = 7_246_013_917
 
 interface Migration {
   readonly version: number
@@ -168,7 +168,11 @@ export async function migrate(url: string, options: { lines?: readonly Migration
   const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10, connection: { lock_timeout: MIGRATION_LOCK_TIMEOUT_MS } as never })
   try {
     await requireUtf8(sql)
+    // Another migrator's run is waited for as long as it takes: lock_timeout bounds a step's table locks,
+    // not this wait (under it, a migrator that waited 0.5 s for another failed with 55P03).
+    await sql`set lock_timeout = 0`
     await sql`select pg_advisory_lock(${MIGRATION_LOCK_ID})`
+    await sql.unsafe(`set lock_timeout = ${MIGRATION_LOCK_TIMEOUT_MS}`)
     // A database no line has touched yet serves nobody: everything in one transaction, nothing half-made.
     const fresh = (await Promise.all(lines.map((line) => versionOf(sql, line)))).every((version) => version === 0) && await legacyVersion(sql) === undefined
     if (fresh) return await retryingLocks(() => sql.begin((tx) => applyPending(tx, lines, known, (step) => step(tx))))

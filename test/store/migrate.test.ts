@@ -11,7 +11,7 @@ import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import postgres from 'postgres'
-import { ENGINE_MIGRATIONS, migrate, migrateService, migrationsOf, SERVICE_MIGRATIONS, type MigrationLine } from '../../src/store/migrate'
+import { ENGINE_MIGRATIONS, migrate, MIGRATION_LOCK_ID, migrateService, migrationsOf, SERVICE_MIGRATIONS, type MigrationLine } from '../../src/store/migrate'
 import { migrate as legacyMigrate, MIGRATIONS_DIR as LEGACY_DIR } from './legacy/migrate'
 
 const base = process.env.DATABASE_URL! // test/support/setup.ts starts an embedded PostgreSQL when unset
@@ -93,6 +93,23 @@ test('eight migrators at once: each migration applied once, all of them done', a
   expect(results.reduce((sum, result) => sum + result.applied, 0)).toBe(total)
   expect(results.filter((result) => result.applied > 0)).toHaveLength(1)
   expect((await recorded(sql, ENGINE_MIGRATIONS)).length + (await recorded(sql, SERVICE_MIGRATIONS)).length).toBe(total)
+})
+
+// Catches: the step's lock_timeout (0.5 s) bounding the wait for another migrator's advisory lock: a
+// migrator that waited longer failed with 55P03 (seen under CI load, in the test above, on PostgreSQL 14 and 17).
+test('a migrator waits for another one however long its run takes', async () => {
+  const { url, sql } = await emptyDatabase('waits')
+  const holder = await sql.reserve()
+  try {
+    await holder`select pg_advisory_lock(${MIGRATION_LOCK_ID})`
+    const migrating = migrateService(url)
+    const waited = await Promise.race([migrating.then(() => 'finished', (error: unknown) => `failed: ${String(error)}`), Bun.sleep(1_500).then(() => 'waiting')])
+    expect(waited).toBe('waiting')
+    await holder`select pg_advisory_unlock(${MIGRATION_LOCK_ID})`
+    expect((await migrating).applied).toBe(migrationsOf(ENGINE_MIGRATIONS).length + migrationsOf(SERVICE_MIGRATIONS).length)
+  } finally {
+    holder.release()
+  }
 })
 
 test('a schema newer than this release knows is refused, and nothing is run', async () => {
