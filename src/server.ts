@@ -290,8 +290,8 @@ export function serve(app: App, deps: AppDependencies, options: ServeOptions = {
     const served = request.headers.has('host')
       ? request
       : withOrigin(request, `http://${server.hostname?.includes(':') ? `[${server.hostname}]` : server.hostname}:${server.port}`)
-    // Who is asking, found once (http/client.ts): the socket's address, or a trusted proxy's word for it.
-    rememberMeta(served, clientMeta(served, server.requestIP(request)?.address, config.trustProxy))
+    // Who is asking, found once (http/client.ts): the socket's address, or a trusted proxy's word for it, when first asked.
+    rememberMeta(served, clientMeta(served, () => server.requestIP(request)?.address, config.trustProxy))
     return handle(served)
   }
   return Bun.serve({

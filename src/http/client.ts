@@ -19,7 +19,7 @@ export interface RequestMeta {
   readonly address: string
   /** Reached us over TLS: our own URL is https, or a trusted proxy says X-Forwarded-Proto: https. */
   readonly secure: boolean
-  /** The request URL's path, parsed once for every layer that needs it (pathnameOf). */
+  /** The request URL's path, found once for every layer that needs it (pathnameOf). */
   readonly pathname?: string
 }
 
@@ -36,12 +36,30 @@ export function requestMeta(request: Request): RequestMeta {
 
 /**
  * The request's path as URL parses it. The edge, the metrics, the request
- * log and the plugin each need it: parsed once, in clientMeta, for a request
+ * log and the plugin each need it: found once, in clientMeta, for a request
  * served on a socket (four parses of the same URL were 2 µs of a 40 µs
- * replay); parsed here for one handed in directly (tests, another app's fetch).
+ * replay); found here for one handed in directly (tests, another app's fetch).
  */
 export function pathnameOf(request: Request): string {
-  return metas.get(request)?.pathname ?? new URL(request.url).pathname
+  return metas.get(request)?.pathname ?? pathOfUrl(request.url)
+}
+
+/**
+ * The path of a serialized URL, which `Request.url` always is (Bun writes the
+ * request line's target as the URL parser does: dot segments resolved,
+ * backslashes as slashes, the host ours): what follows the authority, up to
+ * the query or the fragment. Slicing the string costs a fraction of parsing
+ * it again (`new URL`), and gives the same path (test/http/client-address.test.ts).
+ */
+export function pathOfUrl(url: string): string {
+  const start = url.indexOf('/', url.indexOf('//') + 2)
+  if (start < 0) return '/'
+  let end = url.length
+  const query = url.indexOf('?', start)
+  if (query >= 0) end = query
+  const fragment = url.indexOf('#', start)
+  if (fragment >= 0 && fragment < end) end = fragment
+  return url.slice(start, end)
 }
 
 /**
@@ -65,24 +83,45 @@ export function normalizeAddress(address: string): string {
   return [high >> 8, high & 255, low >> 8, low & 255].join('.')
 }
 
-/** What a request says of its client, given its socket address and how many proxies we trust. */
-export function clientMeta(request: Request, socketAddress: string | undefined, trustProxy: number): RequestMeta {
-  let address = socketAddress ? normalizeAddress(socketAddress) : 'unknown'
-  const url = new URL(request.url)
-  let secure = url.protocol === 'https:'
+/**
+ * What a request says of its client, given its socket address (or how to
+ * ask for it) and how many proxies we trust. The address is found when first
+ * read: most requests never need it (a replay, a payment), and asking Bun for
+ * a socket's address was a tenth of a replay's cost. Read it while the
+ * request is being answered (the socket is gone afterwards).
+ */
+export function clientMeta(request: Request, socketAddress: string | undefined | (() => string | undefined), trustProxy: number): RequestMeta {
+  const url = request.url
+  let secure = url.startsWith('https:')
   if (trustProxy > 0) {
-    // Strict: the entry our N-th proxy wrote, counted from the right. With fewer entries the request did
-    // not come through N proxies, and what is left of the header is the client's own (spoofable): the
-    // socket's address stands. A proxy's `ip:port` ([v6]:port) is taken without its port; a value that is
-    // not an address ("unknown", a name, garbage) is ignored, never used as a key or logged as one.
-    const forwarded = listOf(request.headers.get('x-forwarded-for'))
-    const entry = forwarded.length >= trustProxy ? forwarded[forwarded.length - trustProxy] : undefined
-    const candidate = entry === undefined ? undefined : withoutPort(entry)
-    if (candidate && isIP(candidate) !== 0) address = normalizeAddress(candidate)
     const proto = listOf(request.headers.get('x-forwarded-proto')).at(-1)
     if (proto !== undefined) secure = proto.toLowerCase() === 'https'
   }
-  return { address, secure, pathname: url.pathname }
+  return new ClientMeta(secure, pathOfUrl(url), () => clientAddress(request, () => {
+    const socket = typeof socketAddress === 'function' ? socketAddress() : socketAddress
+    return socket ? normalizeAddress(socket) : 'unknown'
+  }, trustProxy))
+}
+
+class ClientMeta implements RequestMeta {
+  #address: string | undefined
+  constructor(readonly secure: boolean, readonly pathname: string, private readonly find: () => string) {}
+
+  get address(): string {
+    return this.#address ??= this.find()
+  }
+}
+
+function clientAddress(request: Request, socket: () => string, trustProxy: number): string {
+  if (trustProxy === 0) return socket()
+  // Strict: the entry our N-th proxy wrote, counted from the right. With fewer entries the request did
+  // not come through N proxies, and what is left of the header is the client's own (spoofable): the
+  // socket's address stands. A proxy's `ip:port` ([v6]:port) is taken without its port; a value that is
+  // not an address ("unknown", a name, garbage) is ignored, never used as a key or logged as one.
+  const forwarded = listOf(request.headers.get('x-forwarded-for'))
+  const entry = forwarded.length >= trustProxy ? forwarded[forwarded.length - trustProxy] : undefined
+  const candidate = entry === undefined ? undefined : withoutPort(entry)
+  return candidate && isIP(candidate) !== 0 ? normalizeAddress(candidate) : socket()
 }
 
 /** `1.2.3.4:5678` → `1.2.3.4`, `[::1]:5678` and `[::1]` → `::1`; a bare IPv6 address (colons, no brackets) as it is. */

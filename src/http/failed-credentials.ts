@@ -41,8 +41,10 @@ export class FailedCredentials {
 
   /** The answer for an address throttled in `area`, before its credential is looked at; undefined to go on. */
   refusal(request: Request, area: CredentialArea): Response | undefined {
-    const { address } = requestMeta(request)
     const throttle = this.#throttles.get(area)!
+    // No failure remembered from anyone: nothing to look up (the address is found only when asked for, http/client.ts).
+    if (throttle.size === 0) return undefined
+    const { address } = requestMeta(request)
     const state = throttle.check(address)
     if (!state.throttled) return undefined
     if (throttle.firstRefusal(address))
