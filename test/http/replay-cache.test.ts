@@ -84,6 +84,23 @@ test('an entry is dropped a margin before its key\'s retention ends, and the cac
   expect(new ReplayCache(0).get('t', 'x')).toBeUndefined()
 })
 
+// Catches: a cache that evicts by age of insertion only (a key replayed all the time goes as soon as enough
+// new keys come), or one that never evicts.
+test('a key in use stays while new keys come and go; the ones nobody asks for go first', () => {
+  const cache = new ReplayCache(4)
+  const answer = { status: 201, headers: {}, body: '{}' }
+  const put = (key: string) => cache.set('t', key, { fingerprint: 'f' }, answer, 3600, performance.now())
+  for (const key of ['hot', 'a', 'b', 'c']) put(key)
+  for (let n = 0; n < 40; n++) {
+    expect(cache.get('t', 'hot')).toBeDefined()
+    put(`new-${n}`)
+    expect(cache.size).toBe(4)
+  }
+  expect(cache.get('t', 'a')).toBeUndefined()
+  expect(cache.get('t', 'new-0')).toBeUndefined()
+  expect(cache.get('t', 'new-39')).toBeDefined()
+})
+
 // Catches: an expiry that is never checked once the entry is in (the check in get() deleted), or one counted
 // from when the answer arrived instead of from before its statement was sent.
 test('an entry stops being used when its time is up, counted from before its statement was sent', () => {
