@@ -70,7 +70,15 @@ export interface ExactlyOnce {
 
 /** Completed keys a replay round cycles through. */
 const REPLAY_KEYS = 2_000
-const WARMUP_SECONDS = 1
+/**
+ * Unmeasured load before a round's measured seconds: the process's JIT
+ * settles. Measured with perf (cpu-clock, per thread) at 32 connections:
+ * after 2 s of load the service's JIT compiler thread still took 126 µs per
+ * payment (the naive app's 59: less code to compile), after 20 s 12 µs (the
+ * naive app's 1); the main thread was 405 µs then 255 µs (the naive app's
+ * 272, then 256). 1 s measured mostly the first seconds of a process's life.
+ */
+const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 5)
 
 export async function runRound(server: BenchServer, spec: RoundSpec): Promise<RoundResult> {
   const database = `idem_bench_${spec.tag.replace(/\W/g, '_')}_${crypto.randomUUID().slice(0, 6)}`

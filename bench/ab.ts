@@ -1,0 +1,65 @@
+/**
+ * `bun bench/ab.ts <other checkout> [cells]`: a lever's before and after, in
+ * one run. This checkout's service, another checkout's (the code before the
+ * lever, e.g. `git worktree add /tmp/before HEAD~1`, with a node_modules
+ * symlink) and the naive app, in the rounds `npm run bench` runs
+ * (bench/versus-naive.ts: a fresh database and a freshly started process per
+ * round, wrk as the load), interleaved (A B N, N B A, ...), so a drift of
+ * the machine hits all three alike. Prints each round and the medians.
+ *
+ * cells: a comma-separated list of `fresh`, `replay`, `slow` (200 ms
+ * provider, 256 connections). @default fresh,replay
+ * BENCH_ROUNDS (4), BENCH_ROUND_SECONDS (5) as in `npm run bench`.
+ */
+import { loadavg } from 'node:os'
+import { startProvider, type BenchProvider } from './provider'
+import { openBenchServer } from './server'
+import { median, runRound, type Kind, type RoundResult, type Side } from './versus-naive'
+
+const other = process.argv[2]
+if (!other) throw new Error('usage: bun bench/ab.ts <other checkout> [fresh,replay,slow]')
+const cells = (process.argv[3] ?? 'fresh,replay').split(',')
+const rounds = Number(process.env.BENCH_ROUNDS ?? 4)
+const seconds = Number(process.env.BENCH_ROUND_SECONDS ?? 5)
+
+type Variant = 'this' | 'other' | 'naive'
+const VARIANTS: readonly Variant[] = ['this', 'other', 'naive']
+const log = (line: string) => console.error(`[ab load ${loadavg()[0]!.toFixed(2)}] ${line}`)
+
+const server = await openBenchServer(log)
+const providers: BenchProvider[] = []
+try {
+  const template = await server.template(`idem_ab_template_${crypto.randomUUID().slice(0, 6)}`)
+  const instant = await startProvider(0)
+  providers.push(instant)
+  const slow = cells.includes('slow') ? await startProvider(200) : undefined
+  if (slow) providers.push(slow)
+  const results = new Map<string, RoundResult[]>()
+  for (let round = 1; round <= rounds; round++) {
+    const order = round % 2 === 1 ? VARIANTS : [...VARIANTS].reverse()
+    for (const cell of cells) {
+      for (const variant of order) {
+        const side: Side = variant === 'naive' ? 'naive' : 'service'
+        const kind: Kind = cell === 'replay' ? 'replay' : 'fresh'
+        const result = await runRound(server, {
+          side, kind, provider: cell === 'slow' ? slow! : instant, connections: cell === 'slow' ? 256 : 32, seconds, template,
+          tag: `ab${round}${cell}${variant}`, serviceDir: variant === 'other' ? other : undefined,
+        })
+        const name = `${cell} ${variant}`
+        results.set(name, [...(results.get(name) ?? []), result])
+        log(`round ${round} ${name}: ${Math.round(result.load.rps)}/s p50 ${result.load.p50} ms, CPU µs per answer: process ${result.cpuUs.process}, PostgreSQL ${result.cpuUs.postgres}${side === 'service' ? `, exactly once ${result.exactlyOnce.ok ? 'holds' : 'BROKEN'}` : ''}`)
+      }
+    }
+  }
+  for (const cell of cells) {
+    const of = (variant: Variant) => results.get(`${cell} ${variant}`)!
+    const rps = (variant: Variant) => median(of(variant).map((r) => r.load.rps))
+    const cpu = (variant: Variant, side: 'process' | 'postgres') => median(of(variant).map((r) => r.cpuUs[side]))
+    const p50 = (variant: Variant) => median(of(variant).map((r) => r.load.p50))
+    console.log(`${cell}: this ${Math.round(rps('this'))}/s (${(rps('this') / rps('naive')).toFixed(2)}× naive), other ${Math.round(rps('other'))}/s (${(rps('other') / rps('naive')).toFixed(2)}×), naive ${Math.round(rps('naive'))}/s; ` +
+      `p50 ${p50('this')} / ${p50('other')} / ${p50('naive')} ms; CPU µs process ${cpu('this', 'process')} / ${cpu('other', 'process')} / ${cpu('naive', 'process')}, PostgreSQL ${cpu('this', 'postgres')} / ${cpu('other', 'postgres')} / ${cpu('naive', 'postgres')}`)
+  }
+} finally {
+  for (const provider of providers) await provider.stop().catch(() => undefined)
+  await server.stop()
+}
