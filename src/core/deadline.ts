@@ -46,11 +46,15 @@ export function deadlineSignal(budgetMs: number, since = performance.now()): Dea
 
 /**
  * Settles with `work`, or rejects with the signal's reason when it fires
- * first: a handler that ignores its signal still cannot keep the request (or
- * its key) past the deadline. Its late result is dropped.
+ * first: a handler (or an injected fetch) that ignores its signal still
+ * cannot keep the request (or its key) past the deadline. Its late result is
+ * dropped, a late failure too (never an unhandled rejection, invariant 9).
  */
 export function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason)
+  if (signal.aborted) {
+    work.catch(() => undefined)
+    return Promise.reject(signal.reason)
+  }
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason)
     signal.addEventListener('abort', onAbort, { once: true })

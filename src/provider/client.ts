@@ -15,7 +15,7 @@
  */
 import pRetry, { AbortError } from 'p-retry'
 import { IdempotencyError } from '../core/errors'
-import { DeadlineExceededError } from '../core/deadline'
+import { DeadlineExceededError, untilAborted } from '../core/deadline'
 import { parseCharge, sameTerms, type Charge, type ChargeRequest } from './charge'
 
 export type { Charge, ChargeRequest } from './charge'
@@ -185,20 +185,4 @@ function safeJson(text: string): unknown {
   } catch {
     return undefined
   }
-}
-
-/**
- * Rejects with the signal's reason the moment it aborts, even if an injected
- * fetch ignores the signal: the deadline must hold whatever the transport does.
- */
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) {
-    work.catch(() => {})
-    return Promise.reject(signal.reason)
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason)
-    signal.addEventListener('abort', onAbort, { once: true })
-    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort))
-  })
 }
