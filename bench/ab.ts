@@ -8,11 +8,13 @@
  * the machine hits all three alike. Prints each round and the medians.
  *
  * cells: a comma-separated list of `fresh`, `replay`, `slow` (200 ms
- * provider, 256 connections). @default fresh,replay
+ * provider, 256 connections), `fresh1m` (fresh, on a table of 1,000,000
+ * keys). @default fresh,replay
  * BENCH_ROUNDS (4), BENCH_ROUND_SECONDS (5) as in `npm run bench`.
  */
 import { loadavg } from 'node:os'
 import { startProvider, type BenchProvider } from './provider'
+import { seedKeys } from './seed'
 import { openBenchServer } from './server'
 import { median, runRound, type Kind, type RoundResult, type Side } from './versus-naive'
 
@@ -30,6 +32,7 @@ const server = await openBenchServer(log)
 const providers: BenchProvider[] = []
 try {
   const template = await server.template(`idem_ab_template_${crypto.randomUUID().slice(0, 6)}`)
+  const large = cells.includes('fresh1m') ? await server.template(`${template}_seeded`, (sql) => seedKeys(sql, 1_000_000)) : undefined
   const instant = await startProvider(0)
   providers.push(instant)
   const slow = cells.includes('slow') ? await startProvider(200) : undefined
@@ -42,7 +45,7 @@ try {
         const side: Side = variant === 'naive' ? 'naive' : 'service'
         const kind: Kind = cell === 'replay' ? 'replay' : 'fresh'
         const result = await runRound(server, {
-          side, kind, provider: cell === 'slow' ? slow! : instant, connections: cell === 'slow' ? 256 : 32, seconds, template,
+          side, kind, provider: cell === 'slow' ? slow! : instant, connections: cell === 'slow' ? 256 : 32, seconds, template: cell === 'fresh1m' ? large! : template,
           tag: `ab${round}${cell}${variant}`, serviceDir: variant === 'other' ? other : undefined,
         })
         const name = `${cell} ${variant}`

@@ -145,7 +145,7 @@ export function report(r: Results): string {
     '',
     `Machine: ${r.machine.nproc} CPU (${r.machine.cpu}), PostgreSQL ${r.machine.postgres} (${r.machine.privateCluster ? 'the bench\'s own embedded cluster' : 'DATABASE_URL\'s server'}), Bun ${r.machine.bun}, ${r.machine.os}; wrk, the processes, the provider simulators and the database on the same machine; 1-minute load average **${r.machine.loadBefore} before** the run, **${r.machine.loadAfter} after**. One core busy: ${r.stressNote}.`,
     '',
-    `Every round ran on a fresh database with a freshly started process, ${s.roundSeconds} s of wrk after 1 s of warm-up; ${s.rounds} rounds of every cell, interleaved (odd rounds in one order, even rounds in the reverse). Figures are medians of the rounds; ratios are of the medians, with each round's own ratio beside them.`,
+    `Every round ran on a fresh database with a freshly started process, ${s.roundSeconds} s of wrk after ${s.warmupSeconds} s of warm-up; ${s.rounds} rounds of every cell, interleaved (odd rounds in one order, even rounds in the reverse). Figures are medians of the rounds; ratios are of the medians, with each round's own ratio beside them.`,
     '',
     '### Targets of issue 25',
     '',

@@ -34,7 +34,7 @@ import { openBenchServer, type BenchServer } from './server'
 import { BENCH_API_KEY, startService, type Service } from './service'
 import { keyRunElsewhere, keyRunHere, runStorm, STORM_CONNECTIONS, STORM_WAVES, type Load } from './storm'
 import { startStress, stressAvailable, STRESS_COMMAND, STRESS_INSTALL_HINT, type Stress } from './stress'
-import { median, runRound, type RoundResult } from './versus-naive'
+import { median, runRound, WARMUP_SECONDS, type RoundResult } from './versus-naive'
 import { wrkAvailable, WRK_INSTALL_HINT } from './wrk'
 
 const setting = (name: string, fallback: number) => {
@@ -48,6 +48,8 @@ const setting = (name: string, fallback: number) => {
 export const SETTINGS = Object.freeze({
   /** Measured seconds of each round. */
   roundSeconds: setting('BENCH_ROUND_SECONDS', 5),
+  /** Unmeasured seconds of load before each round's measured ones (bench/versus-naive.ts: the JIT settles). */
+  warmupSeconds: WARMUP_SECONDS,
   /** Rounds of every cell; each figure is their median. */
   rounds: setting('BENCH_ROUNDS', 3),
   /** Instant provider: twice the service's 16 database connections, so it is never idle (issue 25's figure). */

@@ -78,7 +78,7 @@ const REPLAY_KEYS = 2_000
  * naive app's 1); the main thread was 405 µs then 255 µs (the naive app's
  * 272, then 256). 1 s measured mostly the first seconds of a process's life.
  */
-const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 5)
+export const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 5)
 
 export async function runRound(server: BenchServer, spec: RoundSpec): Promise<RoundResult> {
   const database = `idem_bench_${spec.tag.replace(/\W/g, '_')}_${crypto.randomUUID().slice(0, 6)}`
