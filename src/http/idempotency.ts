@@ -11,6 +11,7 @@ import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { DEFAULT_RETENTION_SECONDS, DEFAULT_TTL_SECONDS } from '../core/policy'
 import { ReplayCache, type SeenRequest } from './replay-cache'
 import { RunningKeys } from './running-keys'
+import { BusyKeys } from './busy-keys'
 import { DEFAULT_MAX_BODY_BYTES, parseJsonText, readJsonText } from './body'
 import { completer } from './completion'
 import { failureResponse, releaseReasonOf, reportFailure, type KeyState } from './failure'
@@ -76,6 +77,8 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   const cache = options.now ? undefined : new ReplayCache(options.replayCacheEntries ?? DEFAULT_REPLAY_CACHE_ENTRIES)
   // Keys this process runs now: their retries here are answered without a claim statement.
   const running = options.now ? undefined : new RunningKeys()
+  // Keys the database just said another run has: a retry storm of one costs a claim statement every 250 ms, not each.
+  const busy = options.now ? undefined : new BusyKeys()
 
   function count(outcome: Outcome, started: number): void {
     notify('onOutcome', hooks.onOutcome, { route: route.path, outcome, seconds: (performance.now() - started) / 1000 })
@@ -149,6 +152,11 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       count('in_progress', started)
       return problemResponse({ ...problem('in-progress'), retryAfterSeconds: inProgress(ttlSeconds - ageSeconds, ageSeconds).retryAfterSeconds })
     }
+    const busyFor = busy?.retryAfter(tenant, key, identity.fingerprint)
+    if (busyFor !== undefined) {
+      count('in_progress', started)
+      return problemResponse({ ...problem('in-progress'), retryAfterSeconds: busyFor })
+    }
 
     // The lease is ours before the claim is sent: listed with the heartbeat
     // from now on, and known to us if the claim's answer never arrives.
@@ -182,6 +190,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         return replay(claimed.response)
       case 'in_progress':
         ticket?.end()
+        busy?.note(tenant, key, identity.fingerprint, claimed.retryAfterSeconds)
         count('in_progress', started)
         return problemResponse({ ...problem('in-progress'), retryAfterSeconds: claimed.retryAfterSeconds })
       case 'mismatch':

@@ -3,11 +3,14 @@
  * (http/running-keys.ts): 409 with Retry-After for the same request, 422 for
  * another, with no claim statement; once the run has ended the database
  * answers again (a replay, or a new run after a release). Never across
- * tenants, and never past the run's deadline.
+ * tenants, and never past the run's deadline. Keys another process runs:
+ * after the database said 409, the same request's retries are answered 409
+ * from memory for BUSY_MEMORY_MS (http/busy-keys.ts).
  */
 import { afterAll, afterEach, beforeAll, expect, test } from 'bun:test'
 import { claimStats } from '../../src/core/claim'
 import { RunningKeys } from '../../src/http/running-keys'
+import { BUSY_MEMORY_MS, BusyKeys } from '../../src/http/busy-keys'
 import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, paymentRequest } from '../support/http'
@@ -93,4 +96,44 @@ test('an entry is not used past the run\'s deadline, and leaving removes only it
   expect(keys.get('t', 'k2')?.fingerprint).toBe('f2')
   second()
   expect(keys.size).toBe(0)
+})
+
+// Catches: a storm of retries of a key another process runs that sends a claim statement per retry, a 422
+// answered from a 409 remembered for another request, or a 409 remembered after the key is done.
+test('retries of a key another process runs: one claim statement says 409, the next ones are answered from memory; then the replay', async () => {
+  const other = await startApp(db, { provider })
+  try {
+    const key = `busy-${crypto.randomUUID()}`
+    const body = payment()
+    provider.hold(1)
+    const first = other.handle(paymentRequest(other.url, body, { key }))
+    await waitFor(() => provider.held() === 1, 'the first request at the other process\'s provider call')
+    const before = claimStats(db.pools.short).members
+    expect((await post(body, key)).status).toBe(409)
+    expect(claimStats(db.pools.short).members - before).toBe(1)
+    const retries = await Promise.all(Array.from({ length: 20 }, () => post(body, key)))
+    expect(retries.map((r) => r.status)).toEqual(Array(20).fill(409))
+    expect(retries.every((r) => Number(r.headers.get('retry-after')) >= 1)).toBe(true)
+    const memory = claimStats(db.pools.short).members - before
+    expect((await post(payment({ amount: body.amount + 1 }), key)).status).toBe(422)
+    expect({ memory, database: claimStats(db.pools.short).members - before }).toEqual({ memory: 1, database: 2 })
+    provider.release()
+    expect((await first).status).toBe(201)
+    await waitFor(async () => (await post(body, key)).headers.get('idempotent-replayed') === 'true', 'the replay, once the memory of the 409 is over', 5_000)
+  } finally {
+    provider.release()
+    await other.stop()
+  }
+})
+
+// Catches: a remembered 409 used past BUSY_MEMORY_MS, for another request, or another tenant.
+test('a remembered 409 lasts BUSY_MEMORY_MS, for the same request of the same tenant only', () => {
+  let now = 1_000
+  const busy = new BusyKeys(() => now)
+  busy.note('t', 'k', 'f', 3)
+  expect([busy.retryAfter('t', 'k', 'f'), busy.retryAfter('t', 'k', 'other'), busy.retryAfter('u', 'k', 'f')]).toEqual([3, undefined, undefined])
+  now += BUSY_MEMORY_MS - 1
+  expect(busy.retryAfter('t', 'k', 'f')).toBe(3)
+  now += 1
+  expect(busy.retryAfter('t', 'k', 'f')).toBeUndefined()
 })
