@@ -4,7 +4,8 @@
  * src/main.ts`), which must exit 2 before starting anything (no embedded
  * database, no simulator, no listening socket).
  */
-import { describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import postgres from 'postgres'
 import { createHash } from 'node:crypto'
 import { ConfigError, loadConfig, loadDatabaseConfig, plainTextDatabase } from '../../src/config'
 import { createTestDatabase } from '../support/db'
@@ -266,10 +267,27 @@ describe('REQUIRE_TLS=1', () => {
     expect(plainTextDatabase(loadConfig(PRODUCTION))).toContain('REQUIRE_TLS=1')
   })
 
-  /** A host that is not loopback by its name but reaches this machine's PostgreSQL (Linux routes 0.0.0.0 to it). */
+  /**
+   * A role whose password is the canary, made for these tests (the server's own superuser may have no
+   * password, as on a trust-auth server, or a password that is also its name, as the embedded one's
+   * `postgres:postgres`): the canary must reach the process, and must never come out of it.
+   */
+  const canaryRole = `tls_canary_${crypto.randomUUID().slice(0, 8)}`
+  beforeAll(async () => {
+    const admin = postgres(process.env.DATABASE_URL!, { max: 1, onnotice: () => undefined })
+    await admin.unsafe(`create role ${canaryRole} login superuser password '${PASSWORD}'`)
+    await admin.end()
+  })
+  afterAll(async () => {
+    const admin = postgres(process.env.DATABASE_URL!, { max: 1, onnotice: () => undefined })
+    await admin.unsafe(`drop role if exists ${canaryRole}`)
+    await admin.end()
+  })
+  /** A host that is not loopback by its name but reaches this machine's PostgreSQL (Linux routes 0.0.0.0 to it), as the canary role. */
   const elsewhere = (url: string) => {
     const other = new URL(url)
     other.hostname = '0.0.0.0'
+    other.username = canaryRole
     other.password = PASSWORD
     return other.toString()
   }
