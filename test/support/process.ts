@@ -1,8 +1,11 @@
 import type { Subprocess } from 'bun'
 import { waitFor } from './wait'
 
-/** Collects everything a child prints on stdout and stderr; call the result to read it so far. */
-export function captureOutput(proc: Subprocess): () => string {
+/**
+ * Collects everything a child prints on stdout and stderr; call the result to
+ * read it so far. `ended` settles once both streams are read to their end.
+ */
+export function captureOutput(proc: Subprocess): (() => string) & { readonly ended: Promise<unknown> } {
   let out = ''
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     const decoder = new TextDecoder()
@@ -13,9 +16,8 @@ export function captureOutput(proc: Subprocess): () => string {
       out += decoder.decode(value, { stream: true })
     }
   }
-  void collect(proc.stdout as ReadableStream<Uint8Array>)
-  void collect(proc.stderr as ReadableStream<Uint8Array>)
-  return () => out
+  const ended = Promise.all([collect(proc.stdout as ReadableStream<Uint8Array>), collect(proc.stderr as ReadableStream<Uint8Array>)]).catch(() => undefined)
+  return Object.assign(() => out, { ended })
 }
 
 /** The port from the service's "listening on host:port" line, or undefined if it exits or `timeoutMs` passes first. */
@@ -72,7 +74,9 @@ export async function spawnService(options: SpawnOptions = {}): Promise<SpawnedS
   const port = await waitForListening(proc, output, options.timeoutMs ?? 20_000)
   if (!port) {
     try { process.kill(options.detached ? -proc.pid : proc.pid, 'SIGKILL') } catch { /* gone */ }
-    throw new Error(`the service did not start:\n${output()}`)
+    // What it printed before it exited, read to the end: a start that fails fast used to show nothing.
+    await Promise.race([output.ended, Bun.sleep(2_000)])
+    throw new Error(`the service did not start (exit ${proc.exitCode ?? proc.signalCode}):\n${output()}`)
   }
   return { proc, url: `http://127.0.0.1:${port}`, output }
 }
