@@ -11,6 +11,7 @@ import { writeServerSettings } from '../../src/core/settings'
 import { api, keyInProcessing, startAdmin, stuckKey, type AdminServer } from '../admin/support'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { identity } from '../support/keys'
+import { runIdem } from '../support/cli'
 
 const RETENTION = 3600
 let db: TestDatabase
@@ -31,17 +32,7 @@ interface Run { code: number; stdout: string; stderr: string }
 
 const BUN = process.execPath
 
-async function idem(args: string[], env: Record<string, string | undefined> = {}, stdin?: string): Promise<Run> {
-  const merged = { ...process.env, DATABASE_URL: db.url, IDEMPOTENCY_TTL_SECONDS: '', IDEMPOTENCY_RETENTION_SECONDS: '', ...env }
-  const proc = Bun.spawn([BUN, 'src/cli.ts', ...args], {
-    env: Object.fromEntries(Object.entries(merged).filter(([, value]) => value !== undefined)) as Record<string, string>,
-    stdin: stdin === undefined ? 'ignore' : new TextEncoder().encode(stdin),
-    stdout: 'pipe',
-    stderr: 'pipe',
-  })
-  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
-  return { code, stdout, stderr }
-}
+const idem = (args: string[], env: Record<string, string | undefined> = {}, stdin?: string): Promise<Run> => runIdem(db.url, args, env, stdin)
 
 /** The CLI in a terminal (a pseudo-terminal from util-linux `script`), typing `answer` at its question. */
 async function runScript(command: string, answer: string): Promise<Run> {

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { writeServerSettings } from '../../src/core/settings'
 import { stuckKey } from '../admin/support'
 import { createTestDatabase, type TestDatabase } from '../support/db'
+import { runIdem } from '../support/cli'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -18,15 +19,7 @@ afterAll(async () => {
   await db?.drop()
 })
 
-async function idem(args: string[]) {
-  const proc = Bun.spawn([process.execPath, 'src/cli.ts', ...args], {
-    env: { ...process.env, DATABASE_URL: db.url, IDEMPOTENCY_TTL_SECONDS: '', IDEMPOTENCY_RETENTION_SECONDS: '' } as Record<string, string>,
-    stdout: 'pipe',
-    stderr: 'pipe',
-  })
-  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
-  return { code, stdout, stderr }
-}
+const idem = (args: string[]) => runIdem(db.url, args)
 
 const BEYOND_BIGINT = '9999999999999999999'
 

@@ -11,6 +11,7 @@ import { writeServerSettings } from '../../src/core/settings'
 import { getPage, signIn, type Signed } from '../admin/support'
 import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
+import { runIdem } from '../support/cli'
 
 const BIDI = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/
 const CUSTOMER = 'cus_\u202Egnp.exe'
@@ -32,15 +33,7 @@ afterAll(async () => {
   await db?.drop()
 })
 
-async function idem(args: string[]) {
-  const proc = Bun.spawn([process.execPath, 'src/cli.ts', ...args], {
-    env: { ...process.env, DATABASE_URL: db.url, IDEMPOTENCY_TTL_SECONDS: '', IDEMPOTENCY_RETENTION_SECONDS: '' } as Record<string, string>,
-    stdout: 'pipe',
-    stderr: 'pipe',
-  })
-  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
-  return { code, stdout, stderr }
-}
+const idem = (args: string[]) => runIdem(db.url, args)
 
 test('a completed payment\'s customer and description: written out on the key page (summary, payment, stored answer) and in idem show', async () => {
   const created = await fetch(`${url}/api/payments`, {

@@ -15,6 +15,7 @@ import { payment, postPayment } from '../support/http'
 import { ADMIN_TOKEN } from '../support/server'
 import { api, getPage, signIn, stuckKey, type Signed } from '../admin/support'
 import { writeServerSettings } from '../../src/core/settings'
+import { runIdem } from '../support/cli'
 
 /** Timestamps of the right shape that PostgreSQL refuses (22008 and friends). */
 const IMPOSSIBLE = [
@@ -159,15 +160,7 @@ describe('the admin lists\' cursors are signed, and shared by the page, the API 
     const index = alphabet.indexOf(tag.at(-1)!)
     return `${tag.slice(0, -1)}${alphabet[(index & ~15) | ((index & 15) === 0 ? 1 : 0)]}`
   }
-  const idem = async (args: string[]) => {
-    const proc = Bun.spawn([process.execPath, 'src/cli.ts', ...args], {
-      env: { ...process.env, DATABASE_URL: db.url, IDEMPOTENCY_TTL_SECONDS: '', IDEMPOTENCY_RETENTION_SECONDS: '' } as Record<string, string>,
-      stdout: 'pipe',
-      stderr: 'pipe',
-    })
-    const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
-    return { code, stdout, stderr }
-  }
+  const idem = (args: string[]) => runIdem(db.url, args)
 
   beforeAll(async () => {
     // What a server records at start: the CLI applies it.
