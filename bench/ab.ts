@@ -50,7 +50,7 @@ try {
         })
         const name = `${cell} ${variant}`
         results.set(name, [...(results.get(name) ?? []), result])
-        log(`round ${round} ${name}: ${Math.round(result.load.rps)}/s p50 ${result.load.p50} ms, CPU µs per answer: process ${result.cpuUs.process}, PostgreSQL ${result.cpuUs.postgres}${side === 'service' ? `, exactly once ${result.exactlyOnce.ok ? 'holds' : 'BROKEN'}` : ''}`)
+        log(`round ${round} ${name}: ${Math.round(result.load.rps)}/s p50 ${result.load.p50} ms, CPU µs per answer: process ${result.cpuUs.process}, PostgreSQL ${result.cpuUs.postgres}, provider ${result.cpuUs.provider}, wrk ${result.cpuUs.wrk}; machine busy ${result.machine.busyPercent} %${side === 'service' ? `, exactly once ${result.exactlyOnce.ok ? 'holds' : 'BROKEN'}` : ''}`)
       }
     }
   }
