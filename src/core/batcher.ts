@@ -38,6 +38,14 @@ export interface BatcherOptions<Input, Output> {
   readonly maxBatch?: number
   /** Whether a failed batch should be retried member by member (its own data, not its connection). @default never */
   readonly isolate?: (error: unknown) => boolean
+  /**
+   * A member's kind, when a batch may carry several (lane.ts: claims and
+   * completions). A statement sent beside others (past overlapAfterMs)
+   * carries one kind only, that of its oldest member, so a statement stuck
+   * on one kind's work (a completion waiting on a lock) never takes the
+   * other kind down with it. @default one kind
+   */
+  readonly kindOf?: (input: Input) => string
 }
 
 interface Pending<Input, Output> {
@@ -63,6 +71,7 @@ export class Batcher<Input, Output> {
   readonly #maxBatch: number
   readonly #overlapAfterMs: number
   readonly #isolate: (error: unknown) => boolean
+  readonly #kindOf: ((input: Input) => string) | undefined
   #queue: Pending<Input, Output>[] = []
   #inFlight = 0
   /** When the youngest statement in flight was sent (performance.now()). */
@@ -76,6 +85,7 @@ export class Batcher<Input, Output> {
     this.#maxBatch = options.maxBatch ?? 128
     this.#overlapAfterMs = options.overlapAfterMs ?? 20
     this.#isolate = options.isolate ?? (() => false)
+    this.#kindOf = options.kindOf
   }
 
   get stats(): BatcherStats {
@@ -106,7 +116,7 @@ export class Batcher<Input, Output> {
 
   #pump(): void {
     while (this.#queue.length > 0 && this.#maySend()) {
-      const batch = this.#queue.splice(0, this.#maxBatch)
+      const batch = this.#inFlight > 0 && this.#kindOf ? this.#takeOldestKind(this.#kindOf) : this.#queue.splice(0, this.#maxBatch)
       for (const member of batch) member.signal?.removeEventListener('abort', member.onAbort!)
       this.#inFlight++
       this.#youngestSentAt = performance.now()
@@ -116,6 +126,16 @@ export class Batcher<Input, Output> {
       })
     }
     this.#armOverlap()
+  }
+
+  /** Up to maxBatch queued members of the oldest member's kind; the others keep their places. */
+  #takeOldestKind(kindOf: (input: Input) => string): Pending<Input, Output>[] {
+    const kind = kindOf(this.#queue[0]!.input)
+    const taken: Pending<Input, Output>[] = []
+    const left: Pending<Input, Output>[] = []
+    for (const member of this.#queue) (taken.length < this.#maxBatch && kindOf(member.input) === kind ? taken : left).push(member)
+    this.#queue = left
+    return taken
   }
 
   /** Alone, or beside statements that have all run past overlapAfterMs, within maxInFlight. */

@@ -92,8 +92,7 @@ export interface ClaimRow {
  * path. Measured here (pg_stat_statements, BENCHMARKS.md): 0.59 ms per
  * statement for 6.2 members on average, about 0.1 ms per claim.
  */
-export const claimBatchSql = `/* idempotent-post: claim */
-  with input as (
+const claimCtes = `input as (
     select i.*, coalesce(i.now, now()) as at
       from jsonb_to_recordset($1::text::jsonb) as i(n int, tenant text, key text, method text, path text, fingerprint text,
                                              lease bigint, owner uuid, now timestamptz, ttl float8, summary jsonb, http_request_id text)
@@ -129,7 +128,10 @@ export const claimBatchSql = `/* idempotent-post: claim */
   listed as (
     insert into idempotency_processing (stale_at, tenant, key, locked_at)
     select f.stale_at, f.tenant, f.key, f.locked_at from fresh f
-  )
+  )`
+
+/** Each member's row (ClaimRow), from the CTEs above. */
+const claimRows = `
   select i.n, f.lease = i.lease as fresh, f.lease::text as lease, f.attempts, f.request_id::text as request_id,
          'processing' as status, f.fingerprint,
          0::float8 as age_seconds, extract(epoch from (f.stale_at - i.at))::float8 as ttl_left_seconds, false as stale,
@@ -141,3 +143,30 @@ export const claimBatchSql = `/* idempotent-post: claim */
          s.stale, s.completed_age_seconds, s.response_status, s.response_headers, s.response_body, s.worked_on
     from seen s
    where s.lease is not null`
+
+export const claimBatchSql = `/* idempotent-post: claim */
+  with ${claimCtes}${claimRows}`
+
+/**
+ * Claims and completions in one statement (lane.ts): the claim's CTEs, its
+ * rows as `claimed`, then the completion's (complete-rows.ts, named with a
+ * prefix, its parameters from $2). Each row says which it is: a claim's row
+ * (`completed` false, as claimBatchSql gives it), or the position `n` of a
+ * completion whose lease held (`completed` true, the other columns null).
+ *
+ * The two parts touch different keys: a completion's key was claimed and
+ * committed before, so a claim of it in the same statement finds it in the
+ * snapshot (in processing: a 409, as if the claim ran just before the
+ * completion) and inserts nothing. Take-overs of a key (reclaim.ts) are
+ * statements of their own.
+ */
+export function claimAndCompleteSql(completionCtes: string, completedRows: string): string {
+  return `/* idempotent-post: claim and complete */
+  with ${claimCtes},
+  claimed as (${claimRows}
+  ),
+  ${completionCtes}
+  select false as completed, c.* from claimed c
+  union all
+  select true, d.n, null, null, null, null, null, null, null, null, null, null, null, null, null, null from ${completedRows} d`
+}

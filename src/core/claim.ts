@@ -1,10 +1,9 @@
-import { Batcher } from './batcher'
-import { isDataError } from './errors'
 import { recovering, type Recovery } from './recovery'
 import { newLeaseId } from './lease-id'
 import { isExpiredAge } from './policy'
 import { reclaim, renewExpired, retakeReleased } from './reclaim'
-import { claimBatchSql, type ClaimMember, type ClaimRow } from './claim-sql'
+import type { ClaimMember } from './claim-sql'
+import { laneOf } from './lane'
 import type { Claimant, ClaimResult, Lease, RequestIdentity, Sql } from './types'
 
 /**
@@ -32,9 +31,9 @@ export interface ClaimOptions {
  * key's row lock across a foreign call (atomic phases), so a retry of an
  * in-flight key is answered at once.
  *
- * Claims of concurrent requests share statements (batcher.ts): one statement
- * carries every claim queued while the previous ones ran, and each request
- * gets its own row. Requests for the same key within one statement are
+ * Claims of concurrent requests share statements (lane.ts): one statement
+ * carries every claim queued while the previous ones ran, and the
+ * completions queued beside them, and each request gets its own row. Requests for the same key within one statement are
  * decided as if they came one after another: the first inserts, the others
  * see its row.
  *
@@ -64,7 +63,7 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant, o
 async function claimRounds(sql: Sql, id: RequestIdentity, claimant: Claimant, member: ClaimMember, taker: Claimant & { lease: string },
   attempt: number, signal: AbortSignal | undefined): Promise<ClaimResult> {
   for (let round = 0; round < MAX_ROUNDS; round++) {
-    const row = await claimsOf(sql).submit(member, signal)
+    const row = await laneOf(sql).claim(member, signal)
     if (!row) continue // conflicted with a row our snapshot cannot see yet, or it vanished
     const seen: Lease = { tenant: id.tenant, key: id.key, lease: row.lease, attempts: row.attempts, requestId: row.request_id }
     if (row.fresh) return { kind: 'created', lease: seen }
@@ -109,31 +108,9 @@ async function claimRounds(sql: Sql, id: RequestIdentity, claimant: Claimant, me
   return inProgress(0, 0)
 }
 
-/** One batcher per pool: claims of one process share statements. */
-const batchers = new WeakMap<Sql, Batcher<ClaimMember, ClaimRow | undefined>>()
-
-function claimsOf(sql: Sql): Batcher<ClaimMember, ClaimRow | undefined> {
-  let batcher = batchers.get(sql)
-  if (!batcher) {
-    batcher = new Batcher({ run: (members) => runClaims(sql, members), isolate: isDataError })
-    batchers.set(sql, batcher)
-  }
-  return batcher
-}
-
-/** Statements and members of this pool's claims so far (tests and the bench read it). */
+/** Statements that carried this pool's claims so far, and the claims they carried (tests and the bench read it). */
 export function claimStats(sql: Sql) {
-  return claimsOf(sql).stats
-}
-
-async function runClaims(sql: Sql, members: readonly ClaimMember[]): Promise<(ClaimRow | undefined)[]> {
-  // Prepared (postgres.js prepares tagged queries, not unsafe() ones unless asked; a pool made for
-  // PgBouncer still prepares nothing): planning this statement on every call cost the database more
-  // than running it (BENCHMARKS.md).
-  const rows = await sql.unsafe<ClaimRow[]>(claimBatchSql, [JSON.stringify(members.map((member, n) => ({ ...member, n })))], { prepare: true })
-  const byMember: (ClaimRow | undefined)[] = new Array(members.length)
-  for (const row of rows) byMember[row.n] = row
-  return byMember
+  return laneOf(sql).claimStats
 }
 
 /**

@@ -61,7 +61,7 @@ export function completer<Body, Result>(route: IdempotentRoute<Body, Result>, po
       const response = toStored(answer, requestId)
       if (answer.status >= 500) throw new FailedResult(response)
       sending()
-      return completeRows(pools.work, lease, response, answer.insert, { now: at })
+      return completeRows(pools.short, lease, response, answer.insert, { now: at })
     }
     sending()
     return complete(pools.work, lease, async (tx) => {

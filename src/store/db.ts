@@ -113,12 +113,15 @@ export function driverOptions(url: string, pgbouncer: boolean): { prepare?: bool
 }
 
 export interface Pools {
-  /** Single statements in autocommit: claims, replays, reads, releases. */
+  /**
+   * Single statements in autocommit: claims and declarative completions
+   * (which share statements: core/lane.ts), replays, reads, releases.
+   */
   readonly short: Pool
   /**
    * The completing transactions (core/complete.ts), each held for a couple of
    * pipelined round trips, never across a handler's foreign call: a separate
-   * pool so a burst of completions never queues the claims and 409s.
+   * pool so a burst of them never queues the claims and 409s.
    */
   readonly work: Pool
   /** Connections in use and work waiting, per pool (pool-usage.ts), for the metrics. */

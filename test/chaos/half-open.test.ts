@@ -68,7 +68,8 @@ async function startServices(): Promise<{ a: ServerProcess; b: ServerProcess; pr
   return { a, b, proxy }
 }
 
-const isWork = (startup: Readonly<Record<string, string>>) => /:work$/.test(startup.application_name ?? '')
+/** The pool of single statements, where completions go beside claims (src/core/lane.ts). */
+const isShort = (startup: Readonly<Record<string, string>>) => /:short$/.test(startup.application_name ?? '')
 
 interface Answer {
   readonly key: string
@@ -155,7 +156,7 @@ test('a partition of A while some keys are completing and others are at the prov
   // so nothing of A's is left for the database to end.
   // Completions share statements (batched), so the first is trapped and the
   // rest go on or queue behind it: all four are past the provider below.
-  const trap = proxy.trap({ connection: isWork, before: /done as \(\s*update idempotency_keys/ })
+  const trap = proxy.trap({ connection: isShort, before: /done as \(\s*update idempotency_keys/ })
   const answers: Promise<Answer>[] = completing.map((key) => postToA(a.url, key, customers.get(key)!))
   const hit: TrapHit = await trap
   const appName = hit.startup.application_name!

@@ -10,6 +10,7 @@ import { claim, claimStats } from '../../src/core/claim'
 import { claimBatchSql } from '../../src/core/claim-sql'
 import { newLeaseId } from '../../src/core/lease-id'
 import { completeRows, completionStats } from '../../src/core/complete-rows'
+import { laneOf } from '../../src/core/lane'
 import { DatabaseUnavailableError, LeaseLostError } from '../../src/core/errors'
 import { reclaim } from '../../src/core/reclaim'
 import type { Lease } from '../../src/core/types'
@@ -204,6 +205,98 @@ describe('declarative completions', () => {
   })
 })
 
+describe('claims and completions in one statement (core/lane.ts)', () => {
+  const completeBeside = (lease: Lease, overrides: { currency?: string } = {}) => {
+    const { response, insert } = paymentFor(lease, overrides)
+    return completeRows(db.pools.short, lease, response, insert)
+  }
+
+  // Catches: rows handed to the wrong kind or member (a claim told it completed, a completion fenced for a claim's row),
+  // a fenced-off completion's rows written, or a retry beside its own completion inserting the key again.
+  test('queued together they share a statement, and each claim and each completion gets its own outcome', async () => {
+    const leases = await Promise.all(Array.from({ length: 10 }, () => claimed()))
+    const lost = leases[4]!
+    expect(await reclaim(db.pools.short, lost, { ...timing, now: secondsAfter(new Date(), 31) })).not.toBeNull()
+    const retried = identity()
+    const retriedLease = (await claim(db.pools.short, retried, timing)) as { kind: 'created'; lease: Lease }
+    const fresh = Array.from({ length: 10 }, () => identity())
+    const lane = laneOf(db.pools.short)
+    const shared = lane.sharedStatements
+    // The first claim goes alone; everything else queues behind it and goes out together.
+    const busy = claim(db.pools.short, identity(), timing)
+    const [claims, retry, completions, retriedCompletion] = await Promise.all([
+      Promise.all(fresh.map((id) => claim(db.pools.short, id, timing))),
+      claim(db.pools.short, retried, timing),
+      Promise.allSettled(leases.map((lease) => completeBeside(lease))),
+      completeBeside(retriedLease.lease),
+    ])
+    expect((await busy).kind).toBe('created')
+    expect(lane.sharedStatements - shared).toBeGreaterThanOrEqual(1)
+    expect(claims.map((result) => (result.kind === 'created' ? result.lease.key : result.kind))).toEqual(fresh.map((id) => id.key))
+    expect(retry.kind).toBe('in_progress') // its own request is completing in the same statement
+    expect(retriedCompletion.status).toBe(201)
+    completions.forEach((outcome, i) => {
+      if (i === 4) expect(outcome.status === 'rejected' && outcome.reason instanceof LeaseLostError).toBe(true)
+      else expect(outcome.status).toBe('fulfilled')
+    })
+    expect(await payments(leases.map((lease) => lease.key))).toBe(9)
+    expect(await payments([lost.key, retried.key])).toBe(1)
+    expect(await statusOf(lost.key)).toBe('processing') // the new owner's
+    expect(await listed(fresh.map((id) => id.key))).toBe(10)
+    expect(await listed([...leases.map((lease) => lease.key), retried.key])).toBe(1) // only the new owner's entry of the lost key
+  })
+
+  // Catches: a shared statement failing its claims for a completion's bad row (no member-by-member retry).
+  test('a completion whose row breaks a CHECK fails alone; the claims and completions beside it commit', async () => {
+    const leases = await Promise.all(Array.from({ length: 6 }, () => claimed()))
+    const fresh = Array.from({ length: 6 }, () => identity())
+    const busy = claim(db.pools.short, identity(), timing)
+    const [claims, completions] = await Promise.all([
+      Promise.all(fresh.map((id) => claim(db.pools.short, id, timing))),
+      Promise.allSettled(leases.map((lease, i) => completeBeside(lease, i === 2 ? { currency: 'eur' } : {}))),
+    ])
+    await busy
+    expect(claims.map((result) => result.kind)).toEqual(fresh.map(() => 'created'))
+    expect(completions.map((outcome) => outcome.status)).toEqual(leases.map((_, i) => (i === 2 ? 'rejected' : 'fulfilled')))
+    expect(await payments(leases.map((lease) => lease.key))).toBe(5)
+    expect(await statusOf(leases[2]!.key)).toBe('processing')
+  })
+
+  // Catches: a statement sent beside a stuck one carrying both kinds: claims queued behind completions
+  // that wait on a lock would wait with them (until lock_timeout, as 503s), where they never touch the lock.
+  test('completions stuck on a lock do not hold back the claims queued behind them', async () => {
+    const pools = openPools(db.url, { applicationName: 'lane-stuck', shortMax: 4 })
+    const blocker = await db.sql.reserve()
+    try {
+      const leases = await Promise.all(Array.from({ length: 4 }, () => claimed()))
+      await blocker`begin`
+      await blocker`lock table payments in access exclusive mode`
+      const first = Promise.allSettled(leases.slice(0, 2).map((lease) => {
+        const { response, insert } = paymentFor(lease)
+        return completeRows(pools.short, lease, response, insert)
+      }))
+      await waitFor(async () => (await db.sql`
+        select 1 from pg_stat_activity where datname = current_database() and application_name = 'lane-stuck:short' and wait_event_type = 'Lock'`).length > 0,
+      'the completion to wait on the lock')
+      // Queued behind it: more completions first, then claims.
+      const later = Promise.allSettled(leases.slice(2).map((lease) => {
+        const { response, insert } = paymentFor(lease)
+        return completeRows(pools.short, lease, response, insert)
+      }))
+      const ids = Array.from({ length: 4 }, () => identity())
+      const claims = await Promise.all(ids.map((id) => claim(pools.short, id, timing)))
+      // Answered while the lock is still held.
+      expect(claims.map((result) => result.kind)).toEqual(ids.map(() => 'created'))
+      expect((await db.sql`select 1 from pg_locks where locktype = 'relation' and mode = 'AccessExclusiveLock' and granted and pid = ${(await blocker`select pg_backend_pid() as pid`)[0]!.pid}`).length).toBe(1)
+      await blocker`rollback`
+      await Promise.all([first, later])
+    } finally {
+      blocker.release()
+      await pools.close(1)
+    }
+  })
+})
+
 describe('completions are heap-only updates', () => {
   // Catches: an index on a column a completion changes (status, completed_at, stale_at...), or a fillfactor without room.
   test('at least 90 % of 600 completions are HOT, and none leaves an entry in the keys table\'s indexes', async () => {
@@ -217,7 +310,7 @@ describe('completions are heap-only updates', () => {
           const result = await claim(pools.short, identity(), timing)
           if (result.kind !== 'created') throw new Error(result.kind)
           const { response, insert } = paymentFor(result.lease)
-          await completeRows(pools.work, result.lease, response, insert)
+          await completeRows(pools.short, result.lease, response, insert) // beside the claims, as the service sends them
         }
       }
       await Promise.all(Array.from({ length: 32 }, worker))

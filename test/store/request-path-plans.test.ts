@@ -83,6 +83,15 @@ async function requestPath(run: string): Promise<void> {
   const old = new Date(Date.now() - 2 * 86_400_000)
   await completeRows(capture.pools.short, await claimed(`${run}-expired`, old), answer, {}, { now: old })
   expect((await claim(capture.pools.short, identity(`${run}-expired`), timing)).kind).toBe('created')
+
+  // A claim and a completion queued behind a statement in flight: one statement carries both (core/lane.ts).
+  const finishing = await claimed(`${run}-finishing`)
+  const [alone, beside, completed] = await Promise.all([
+    claim(capture.pools.short, identity(`${run}-alone`), timing),
+    claim(capture.pools.short, identity(`${run}-beside`), timing),
+    completeRows(capture.pools.short, finishing, answer, {}),
+  ])
+  expect([alone.kind, beside.kind, completed.status]).toEqual(['created', 'created', 201])
 }
 
 /** The accesses to the key tables seen since the last call, printed; fails on any that is not an index probe. */
@@ -91,8 +100,10 @@ function expectOnlyProbes(): void {
   const summary = [...new Set(accesses.map((a) => `${a.table}: ${a.node}${a.index ? ` ${a.index}` : ''}${a.probed ? '' : ' (whole)'} <- ${a.query.slice(0, 70)}`))]
   console.log(`${capture.statements()} plans, ${accesses.length} accesses to the key tables:\n${summary.join('\n')}`)
   capture.clear()
-  // Each kind of statement was seen: the claim, its insert into the list, the completion's delete from it.
+  // Each kind of statement was seen: the claim, its insert into the list, the completion's delete from it,
+  // and a statement carrying claims and completions together.
   expect(accesses.some((a) => a.table === 'idempotency_processing')).toBe(true)
+  expect(accesses.some((a) => a.query.includes('idempotent-post: claim and complete'))).toBe(true)
   expect(accesses.filter((a) => !a.probed || a.index === undefined)).toEqual([])
 }
 

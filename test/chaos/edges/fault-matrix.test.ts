@@ -158,8 +158,6 @@ interface Strike {
   arm(): Promise<void>
   /** Lands it, while the burst runs; returns what landed where, for the log. */
   land(): Promise<string>
-  /** What landed later, while the retries ran (setup's work-pool connection); awaited after them. */
-  settle?(): Promise<string>
 }
 
 function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
@@ -195,8 +193,9 @@ function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
         await whileAlive(service, waitFor(() => gate.held() === KEYS, () => `the ${KEYS} charges at the provider (${gate.held()} so far)`), 'the charges')
         // Atomic phases: no transaction is open across the provider call, so what is faulted now is only idle connections.
         expect(await serviceBackends(db.sql, { state: 'idle in transaction', pid: service.pid })).toEqual([])
+        // The fresh path's claims and completions share the short pool (src/core/lane.ts); the work pool
+        // serves transactional completions only, which this route does not use.
         const idle = await serviceBackends(db.sql, { state: 'idle', pid: service.pid })
-        expect(idle.some((b) => b.application_name.endsWith(':work'))).toBe(true)
         expect(idle.some((b) => b.application_name.endsWith(':short'))).toBe(true)
         const done = await fault(kind, idle)
         expect(gate.held()).toBe(KEYS)
@@ -206,12 +205,11 @@ function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
     }
   }
 
-  // setup: the first statement of a new connection in each pool (postgres.js's
-  // type query, or whatever it sends first). The short pool's lands in the
-  // burst, on its claims. The work pool's needs a completion, and so a claim
-  // that succeeded: when the short pool's fault took every claim of the burst
-  // (batched, one statement can carry them all), it lands on the retries.
-  let traps: Promise<TrapHit>[] = []
+  // setup: the first statement of a new connection of the short pool, which
+  // carries the fresh path's claims and completions (src/core/lane.ts):
+  // postgres.js's type query, or whatever it sends first. It lands in the
+  // burst, on its claims.
+  let trap: Promise<TrapHit> | undefined
   const landTrap = async (trap: Promise<TrapHit>): Promise<string> => {
     const hit = await whileAlive(service, withTimeout(trap, NEW_CONNECTION_MS, 'a new pool connection to send its first statement'), 'a new pool connection\'s first statement')
     const head = hit.statement.trim().replace(/\s+/g, ' ').slice(0, 60)
@@ -228,30 +226,22 @@ function strike(phase: Phase, kind: Fault, service: ServiceProcess): Strike {
     hit.reply!.drop()
     return `terminated ${poolOf(hit.startup)} backend ${backend!.pid} after it ran its connection's first statement (${head}), its answer lost`
   }
-  let late: Promise<string> | undefined
   return {
     async arm() {
-      expect(proxy!.connections().filter((c) => poolOf(c.startup) === 'work')).toEqual([]) // no work connection yet
       // The short pool already has what start-up opened (heartbeat, settings, the durability check), and
-      // batched claims need only two statements in flight: the burst may open no new short connection. So
+      // batched statements need only a few in flight: the burst may open no new short connection. So
       // its idle ones go first (an RST, which a pool must survive too), and the burst reconnects.
       const idle = proxy!.connections().filter((c) => poolOf(c.startup) === 'short' && c.open)
       for (const connection of idle) connection.reset()
       await waitFor(() => idle.every((c) => !c.open), 'the short pool\'s idle connections to close')
       const firstNew = proxy!.counts.accepted
-      traps = (['short', 'work'] as const).map((pool) => proxy!.trap({
-        connection: (startup, connection) => poolOf(startup) === pool && connection.id >= firstNew,
+      trap = proxy!.trap({
+        connection: (startup, connection) => poolOf(startup) === 'short' && connection.id >= firstNew,
         before: /[\s\S]/,
         action: kind === 'rst' ? 'reset' : 'hold-reply',
-      }))
+      })
     },
-    async land() {
-      const [short, work] = traps.map(landTrap)
-      late = work!
-      late.catch(() => undefined) // awaited in settle()
-      return await short!
-    },
-    settle: () => late!,
+    land: () => landTrap(trap!),
   }
 }
 
@@ -320,14 +310,13 @@ for (const phase of PHASES) {
       expect(failures).toEqual([])
       const recoveredMs = Date.now() - since
       expect(svc.alive()).toBe(true)
-      const settled = strikeOf.settle ? `; ${await strikeOf.settle()}` : ''
 
       const results = new Map(keys.map((key) => [key, [...retried.get(key)!, ...answers.filter((a) => a.key === key).map((a) => ({ status: a.status as number, replayed: false, ms: a.ms, ...(a.paymentId ? { paymentId: a.paymentId } : {}) }))]]))
       const payments = new Map([...(await paymentsByKey(db.sql))].filter(([key]) => bodies.has(key)))
       expect(exactlyOnce(results, payments)).toEqual([])
       expect(await chargedOnce(db.sql, provider, new Map(keys.map((key) => [key, bodies.get(key)!.customer])))).toEqual([])
 
-      console.log(`[edges] ${kind} during ${phase}${settled}: every key 201 within ${recoveredMs} ms of retries ` +
+      console.log(`[edges] ${kind} during ${phase}: every key 201 within ${recoveredMs} ms of retries ` +
         `(${[...retried.values()].reduce((n, a) => n + a.length, 0)} attempts); pid ${svc.pid} still serving`)
     }, 40_000)
   }

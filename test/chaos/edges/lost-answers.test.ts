@@ -62,7 +62,8 @@ afterAll(async () => {
 })
 
 const isShortPool = (startup: Readonly<Record<string, string>>) => /^idempotent-post:\d+:short$/.test(startup.application_name ?? '')
-const isWorkPool = (startup: Readonly<Record<string, string>>) => /^idempotent-post:\d+:work$/.test(startup.application_name ?? '')
+/** Where completions go: the declarative one beside the claims (short, src/core/lane.ts), the transactional one in the work pool. */
+const isCompletionPool = (startup: Readonly<Record<string, string>>) => /^idempotent-post:\d+:(short|work)$/.test(startup.application_name ?? '')
 
 /**
  * Sends a payment whose claim commits and whose claim answer is lost; returns the client's answer and the lease
@@ -163,7 +164,7 @@ test('the COMMIT committed, its answer lost: the key is done, so the client is n
   const key = `lost-commit-${crypto.randomUUID()}`
   const customer = `cus_${key}`
   // The COMMIT of the transactional form, or the completing statement of the declarative one (it commits as it ends).
-  const trap = proxy.trap({ connection: isWorkPool, before: /^\s*commit\s*$|done as \(\s*update idempotency_keys/i, action: 'hold-reply' })
+  const trap = proxy.trap({ connection: isCompletionPool, before: /^\s*commit\s*$|done as \(\s*update idempotency_keys/i, action: 'hold-reply' })
   const answer = send(service.url, key, payment({ customer }))
   const hit = await trap
   await hit.reply!.complete

@@ -1,0 +1,90 @@
+import { FEW_MEMBERS } from './batch-input'
+import type { StoredResponse } from './types'
+
+/** Rows to insert, by table: the business writes of a declarative recording step. */
+export type RowWrites = Readonly<Record<string, readonly Readonly<Record<string, unknown>>[]>>
+
+/** One completion of a batch (complete-rows.ts). */
+export interface CompletionMember {
+  readonly tenant: string
+  readonly key: string
+  readonly lease: string
+  readonly response: StoredResponse
+  readonly at: string | null
+  readonly writes: RowWrites
+}
+
+/**
+ * $1 the members' keys and answers; $2 their rows, each tagged with its
+ * member and its group (one table and one set of columns: a group is one
+ * INSERT, and a column a row does not give is not written, so its default
+ * applies). `done` is the fence: the UPDATE matches a key only under its
+ * current lease, and every INSERT takes only the rows of members in `done`.
+ * `before` reads each key's deadline as the statement's snapshot saw it, to
+ * delete its processing entry (sql/engine/00005); a key whose lease moved on is not
+ * in `done`, so its entry, now the new owner's, is left alone.
+ */
+export function completionStatement(members: readonly CompletionMember[]): { text: string; parameters: string[] } {
+  const { ctes, done, parameters } = completionParts(members)
+  return { text: `\n  with ${ctes}\n  select n from ${done}`, parameters }
+}
+
+/**
+ * The completion's CTEs for completionStatement, or for a statement that
+ * carries claims too (claim-sql.ts claimAndCompleteSql): there its names take
+ * a prefix and its parameters start at $2. `done` names the CTE of the
+ * members whose lease held.
+ */
+export function completionParts(members: readonly CompletionMember[], { prefix = '', first = 1 } = {}): { ctes: string; done: string; parameters: string[] } {
+  const [input, before, done, unlisted] = [`${prefix}input`, `${prefix}before`, `${prefix}done`, `${prefix}unlisted`] as const
+  const [$members, $rows] = [`$${first}`, `$${first + 1}`] as const
+  const groups = new Map<string, { table: string; columns: string[] }>()
+  const rows: { n: number; g: number; r: Readonly<Record<string, unknown>> }[] = []
+  members.forEach((member, n) => {
+    for (const [table, tableRows] of Object.entries(member.writes)) {
+      for (const row of tableRows) {
+        const columns = Object.keys(row).sort()
+        const id = `${table}(${columns.join(',')})`
+        if (!groups.has(id)) groups.set(id, { table, columns })
+        rows.push({ n, g: [...groups.keys()].indexOf(id), r: row })
+      }
+    }
+  })
+  const inserts = [...groups.values()].map(({ table, columns }, g) => {
+    const list = columns.map((column) => `"${column}"`).join(', ')
+    return `,
+  ${prefix}w${g} as (
+    insert into "${table}" (${list})
+    select ${columns.map((column) => `r."${column}"`).join(', ')}
+      from jsonb_array_elements(${$rows}::text::jsonb) e
+     cross join lateral jsonb_populate_record(null::"${table}", e->'r') r
+     where (e->>'g')::int = ${g} and (e->>'n')::int in (select n from ${done})
+  )`
+  }).join('')
+  const ctes = `${input} as (
+    select * from jsonb_to_recordset(${$members}::text::jsonb)
+      as i(n int, tenant text, key text, lease bigint, status smallint, headers jsonb, body text, at timestamptz)
+     where ${FEW_MEMBERS}
+  ),
+  ${before} as (
+    select k.tenant, k.key, k.stale_at from ${input} i join idempotency_keys k on k.tenant = i.tenant and k.key = i.key
+  ),
+  ${done} as (
+    update idempotency_keys k
+       set status = 'done', completed_at = coalesce(i.at, clock_timestamp()), owner = null, stale_at = null,
+           response_status = i.status, response_headers = i.headers, response_body = i.body
+      from ${input} i
+     where k.tenant = i.tenant and k.key = i.key and k.lease = i.lease and k.status = 'processing'
+    returning i.n, k.tenant, k.key
+  ),
+  ${unlisted} as (
+    delete from idempotency_processing pr using ${done} d join ${before} b on b.tenant = d.tenant and b.key = d.key
+     where pr.stale_at = b.stale_at and pr.tenant = d.tenant and pr.key = d.key
+  )${inserts}`
+  const inputs = members.map((member, n) => ({
+    n, tenant: member.tenant, key: member.key, lease: member.lease,
+    status: member.response.status, headers: member.response.headers, body: member.response.body, at: member.at,
+  }))
+  // The rows' parameter only when some INSERT reads it: PostgreSQL refuses a parameter it cannot type (42P18).
+  return { ctes, done, parameters: groups.size > 0 ? [JSON.stringify(inputs), JSON.stringify(rows)] : [JSON.stringify(inputs)] }
+}
