@@ -33,9 +33,9 @@ export interface ClaimOptions {
  *
  * Claims of concurrent requests share statements (lane.ts): one statement
  * carries every claim queued while the previous ones ran, and the
- * completions queued beside them, and each request gets its own row. Requests for the same key within one statement are
- * decided as if they came one after another: the first inserts, the others
- * see its row.
+ * completions queued beside them, and each request gets its own row.
+ * Requests for the same key within one statement are decided as if they
+ * came one after another: the first inserts, the others see its row.
  *
  * The rare cases take a second, conditional statement (reclaim.ts): a stale
  * or abandoned processing key, a released key, a completed key past its

@@ -20,9 +20,9 @@ const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/
  * Against the transactional form (complete.ts: BEGIN, writes, fence, COMMIT)
  * it saves three statements and two round trips per request, and it batches:
  * completions queued while others run share one statement, with the claims
- * queued beside them (lane.ts), one WAL flush for all (group commit). A member whose lease was lost is a row
- * missing from the answer, and its rows are not written (their INSERT reads
- * the fenced set); the others commit. A batch that fails on its data (a CHECK
+ * queued beside them (lane.ts), one WAL flush for all (group commit). A
+ * member whose lease was lost is a row missing from the answer, and its rows
+ * are not written (their INSERT reads the fenced set); the others commit. A batch that fails on its data (a CHECK
  * of one member's row) is run again member by member, so only that one fails.
  *
  * Locks: the UPDATE holds the key rows for the statement only; a reclaim
@@ -50,7 +50,6 @@ export async function completeRows(pool: postgres.Sql<Record<string, never>>, le
     clearTimeout(timer)
   }
 }
-
 
 /** Statements that carried this pool's completions so far, and the completions they carried. */
 export function completionStats(pool: postgres.Sql<Record<string, never>>) {

@@ -11,7 +11,7 @@ import { claimBatchSql } from '../../src/core/claim-sql'
 import { newLeaseId } from '../../src/core/lease-id'
 import { completeRows, completionStats } from '../../src/core/complete-rows'
 import { laneOf } from '../../src/core/lane'
-import { DatabaseUnavailableError, LeaseLostError } from '../../src/core/errors'
+import { DatabaseUnavailableError, isUnavailable, LeaseLostError } from '../../src/core/errors'
 import { reclaim } from '../../src/core/reclaim'
 import type { Lease } from '../../src/core/types'
 import { newPayment } from '../../src/payments/insert-payment'
@@ -260,6 +260,50 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
     expect(completions.map((outcome) => outcome.status)).toEqual(leases.map((_, i) => (i === 2 ? 'rejected' : 'fulfilled')))
     expect(await payments(leases.map((lease) => lease.key))).toBe(5)
     expect(await statusOf(leases[2]!.key)).toBe('processing')
+  })
+
+  // Catches: a shared statement cut mid-query answered as anything but unavailable (a claim told it lost,
+  // a completion told its lease was lost), or half of it written (the claims' keys without the completions').
+  test('a shared statement whose backend is terminated mid-query fails its claims and completions as unavailable and writes nothing', async () => {
+    const pools = openPools(db.url, { applicationName: 'lane-cut', shortMax: 2 })
+    const blocker = await db.sql.reserve()
+    try {
+      const leases = await Promise.all(Array.from({ length: 3 }, () => claimed()))
+      await blocker`begin`
+      await blocker`lock table payments in access exclusive mode`
+      // The first claim goes alone; the claims and completions behind it share the next statement, which waits on the lock.
+      const busy = claim(pools.short, identity(), timing)
+      const ids = Array.from({ length: 3 }, () => identity())
+      const claims = Promise.allSettled(ids.map((id) => claim(pools.short, id, timing)))
+      const completions = Promise.allSettled(leases.map((lease) => {
+        const { response, insert } = paymentFor(lease)
+        return completeRows(pools.short, lease, response, insert)
+      }))
+      expect((await busy).kind).toBe('created')
+      let pid = 0
+      await waitFor(async () => {
+        const rows = await db.sql<{ pid: number }[]>`
+          select pid from pg_stat_activity where datname = current_database() and application_name = 'lane-cut:short'
+             and wait_event_type = 'Lock' and query like '%idempotent-post: claim and complete%'`
+        pid = rows[0]?.pid ?? 0
+        return pid !== 0
+      }, 'the shared statement to wait on the lock')
+      await db.sql`select pg_terminate_backend(${pid})`
+      await blocker`rollback`
+      const [claimed_, completed] = await Promise.all([claims, completions])
+      for (const outcome of claimed_) expect(outcome.status === 'rejected' && isUnavailable(outcome.reason)).toBe(true)
+      for (const outcome of completed) expect(outcome.status === 'rejected' && outcome.reason instanceof DatabaseUnavailableError).toBe(true)
+      const keysOf = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where key in ${db.sql(ids.map((id) => id.key))}`
+      expect({ claimedKeys: keysOf[0]!.n, payments: await payments(leases.map((lease) => lease.key)), listed: await listed(leases.map((lease) => lease.key)) })
+        .toEqual({ claimedKeys: 0, payments: 0, listed: 3 })
+      for (const lease of leases) expect(await statusOf(lease.key)).toBe('processing')
+      // And the lane goes on, on a new connection.
+      const again = await claim(pools.short, identity(), timing)
+      expect(again.kind).toBe('created')
+    } finally {
+      blocker.release()
+      await pools.close(1)
+    }
   })
 
   // Catches: a statement sent beside a stuck one carrying both kinds: claims queued behind completions
