@@ -26,10 +26,13 @@ export class Lane {
   readonly #batcher: Batcher<Work, ClaimRow | boolean | undefined>
   readonly #counts = { claimStatements: 0, claims: 0, completionStatements: 0, completions: 0, shared: 0 }
 
-  constructor(sql: Sql) {
+  constructor(sql: Sql, options: LaneOptions = {}) {
     // Three in flight at most: past overlapAfterMs a statement goes beside the one running, and one
     // sent beside another carries claims or completions, not both (batcher.ts kindOf).
-    this.#batcher = new Batcher({ run: (work) => this.#run(sql, work), isolate: isDataError, maxInFlight: 3, kindOf: (item) => (item.claim ? 'claim' : 'completion') })
+    this.#batcher = new Batcher({
+      run: (work) => this.#run(sql, work), isolate: isDataError, maxInFlight: 3, ...options,
+      kindOf: (item) => (item.claim ? 'claim' : 'completion'),
+    })
   }
 
   /** A claim's row, or undefined: see claim-sql.ts. `signal` takes it out while still queued. */
@@ -80,6 +83,16 @@ export class Lane {
   }
 }
 
+export interface LaneOptions {
+  /**
+   * Milliseconds a statement runs alone before the next goes beside it
+   * (batcher.ts). Tests that need a shared statement raise it, so a slow
+   * first statement (a new connection on a busy machine) cannot split the
+   * queue behind it by kind. @default 20
+   */
+  readonly overlapAfterMs?: number
+}
+
 export interface PhaseStats {
   /** Statements sent. */
   readonly statements: number
@@ -91,11 +104,15 @@ type Work = { readonly claim: ClaimMember; readonly completion?: undefined } | {
 
 const lanes = new WeakMap<Sql, Lane>()
 
-/** The lane of a pool (or a reserved connection): the claims and completions of one process share its statements. */
-export function laneOf(sql: Sql): Lane {
+/**
+ * The lane of a pool (or a reserved connection): the claims and completions
+ * of one process share its statements. `options` apply when the pool's lane
+ * is made, on its first use; later calls get that lane as it is.
+ */
+export function laneOf(sql: Sql, options?: LaneOptions): Lane {
   let lane = lanes.get(sql)
   if (!lane) {
-    lane = new Lane(sql)
+    lane = new Lane(sql, options)
     lanes.set(sql, lane)
   }
   return lane

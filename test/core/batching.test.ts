@@ -18,6 +18,7 @@ import { newPayment } from '../../src/payments/insert-payment'
 import { openPools, type Pools } from '../../src/store/db'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { identity, secondsAfter } from '../support/keys'
+import { lockTable, type TableLock } from '../support/table-lock'
 import { waitFor } from '../support/wait'
 
 const timing = { ttlSeconds: 30, retentionSeconds: 3600 }
@@ -167,11 +168,10 @@ describe('declarative completions', () => {
   // Catches: a lost connection answered as a lease loss (the request would say 409 and keep the key), or rows without their key.
   test('a batch cut by a terminated connection fails every member as unavailable and writes nothing', async () => {
     const pools = openPools(db.url, { applicationName: 'batch-cut', shortMax: 2, workMax: 1 })
+    let blocker: TableLock | undefined
     try {
       const leases = await Promise.all(Array.from({ length: 6 }, () => claimed()))
-      const blocker = await db.sql.reserve()
-      await blocker`begin`
-      await blocker`lock table payments in access exclusive mode`
+      blocker = await lockTable(db.sql, 'payments')
       const outcomes = Promise.allSettled(leases.map((lease) => complete(pools, lease)))
       await waitFor(async () => (await db.sql`
         select 1 from pg_stat_activity where datname = current_database() and application_name = 'batch-cut:work' and wait_event_type = 'Lock'`).length > 0,
@@ -180,8 +180,7 @@ describe('declarative completions', () => {
         select count(pg_terminate_backend(pid))::int as n from pg_stat_activity
          where datname = current_database() and application_name = 'batch-cut:work'` as unknown as [{ n: number }]
       expect(n).toBe(1)
-      await blocker`rollback`
-      blocker.release()
+      await blocker.release()
       // The statement on the killed connection fails every member it carried;
       // a later batch, on a new connection, may commit. Nothing is half-written either way.
       const settled = await outcomes
@@ -200,15 +199,27 @@ describe('declarative completions', () => {
       await complete(pools, again)
       expect(await payments([again.key])).toBe(1)
     } finally {
+      await blocker?.release()
       await pools.close(1)
     }
   })
 })
 
 describe('claims and completions in one statement (core/lane.ts)', () => {
+  // The tests that need one shared statement send through a lane that never overlaps: a first statement slower
+  // than the default 20 ms (a new connection on a busy machine) would otherwise let the queue behind it go beside
+  // it split by kind, and the statement under test would never be made.
+  const LONG_OVERLAP_MS = 60_000
+  let shared: Pools
+  beforeAll(() => {
+    shared = openPools(db.url, { applicationName: 'lane-shared', shortMax: 2 })
+    laneOf(shared.short, { overlapAfterMs: LONG_OVERLAP_MS })
+  })
+  afterAll(async () => { await shared?.close(1) })
+
   const completeBeside = (lease: Lease, overrides: { currency?: string } = {}) => {
     const { response, insert } = paymentFor(lease, overrides)
-    return completeRows(db.pools.short, lease, response, insert)
+    return completeRows(shared.short, lease, response, insert)
   }
 
   // Catches: rows handed to the wrong kind or member (a claim told it completed, a completion fenced for a claim's row),
@@ -220,18 +231,18 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
     const retried = identity()
     const retriedLease = (await claim(db.pools.short, retried, timing)) as { kind: 'created'; lease: Lease }
     const fresh = Array.from({ length: 10 }, () => identity())
-    const lane = laneOf(db.pools.short)
-    const shared = lane.sharedStatements
+    const lane = laneOf(shared.short)
+    const sharedBefore = lane.sharedStatements
     // The first claim goes alone; everything else queues behind it and goes out together.
-    const busy = claim(db.pools.short, identity(), timing)
+    const busy = claim(shared.short, identity(), timing)
     const [claims, retry, completions, retriedCompletion] = await Promise.all([
-      Promise.all(fresh.map((id) => claim(db.pools.short, id, timing))),
-      claim(db.pools.short, retried, timing),
+      Promise.all(fresh.map((id) => claim(shared.short, id, timing))),
+      claim(shared.short, retried, timing),
       Promise.allSettled(leases.map((lease) => completeBeside(lease))),
       completeBeside(retriedLease.lease),
     ])
     expect((await busy).kind).toBe('created')
-    expect(lane.sharedStatements - shared).toBeGreaterThanOrEqual(1)
+    expect(lane.sharedStatements - sharedBefore).toBe(1)
     expect(claims.map((result) => (result.kind === 'created' ? result.lease.key : result.kind))).toEqual(fresh.map((id) => id.key))
     expect(retry.kind).toBe('in_progress') // its own request is completing in the same statement
     expect(retriedCompletion.status).toBe(201)
@@ -250,9 +261,9 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
   test('a completion whose row breaks a CHECK fails alone; the claims and completions beside it commit', async () => {
     const leases = await Promise.all(Array.from({ length: 6 }, () => claimed()))
     const fresh = Array.from({ length: 6 }, () => identity())
-    const busy = claim(db.pools.short, identity(), timing)
+    const busy = claim(shared.short, identity(), timing)
     const [claims, completions] = await Promise.all([
-      Promise.all(fresh.map((id) => claim(db.pools.short, id, timing))),
+      Promise.all(fresh.map((id) => claim(shared.short, id, timing))),
       Promise.allSettled(leases.map((lease, i) => completeBeside(lease, i === 2 ? { currency: 'eur' } : {}))),
     ])
     await busy
@@ -266,11 +277,11 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
   // a completion told its lease was lost), or half of it written (the claims' keys without the completions').
   test('a shared statement whose backend is terminated mid-query fails its claims and completions as unavailable and writes nothing', async () => {
     const pools = openPools(db.url, { applicationName: 'lane-cut', shortMax: 2 })
-    const blocker = await db.sql.reserve()
+    laneOf(pools.short, { overlapAfterMs: LONG_OVERLAP_MS })
+    let blocker: TableLock | undefined
     try {
       const leases = await Promise.all(Array.from({ length: 3 }, () => claimed()))
-      await blocker`begin`
-      await blocker`lock table payments in access exclusive mode`
+      blocker = await lockTable(db.sql, 'payments')
       // The first claim goes alone; the claims and completions behind it share the next statement, which waits on the lock.
       const busy = claim(pools.short, identity(), timing)
       const ids = Array.from({ length: 3 }, () => identity())
@@ -289,7 +300,7 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
         return pid !== 0
       }, 'the shared statement to wait on the lock')
       await db.sql`select pg_terminate_backend(${pid})`
-      await blocker`rollback`
+      await blocker.release()
       const [claimed_, completed] = await Promise.all([claims, completions])
       for (const outcome of claimed_) expect(outcome.status === 'rejected' && isUnavailable(outcome.reason)).toBe(true)
       for (const outcome of completed) expect(outcome.status === 'rejected' && outcome.reason instanceof DatabaseUnavailableError).toBe(true)
@@ -301,7 +312,7 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
       const again = await claim(pools.short, identity(), timing)
       expect(again.kind).toBe('created')
     } finally {
-      blocker.release()
+      await blocker?.release()
       await pools.close(1)
     }
   })
@@ -310,11 +321,10 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
   // that wait on a lock would wait with them (until lock_timeout, as 503s), where they never touch the lock.
   test('completions stuck on a lock do not hold back the claims queued behind them', async () => {
     const pools = openPools(db.url, { applicationName: 'lane-stuck', shortMax: 4 })
-    const blocker = await db.sql.reserve()
+    let blocker: TableLock | undefined
     try {
       const leases = await Promise.all(Array.from({ length: 4 }, () => claimed()))
-      await blocker`begin`
-      await blocker`lock table payments in access exclusive mode`
+      blocker = await lockTable(db.sql, 'payments')
       const first = Promise.allSettled(leases.slice(0, 2).map((lease) => {
         const { response, insert } = paymentFor(lease)
         return completeRows(pools.short, lease, response, insert)
@@ -331,11 +341,11 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
       const claims = await Promise.all(ids.map((id) => claim(pools.short, id, timing)))
       // Answered while the lock is still held.
       expect(claims.map((result) => result.kind)).toEqual(ids.map(() => 'created'))
-      expect((await db.sql`select 1 from pg_locks where locktype = 'relation' and mode = 'AccessExclusiveLock' and granted and pid = ${(await blocker`select pg_backend_pid() as pid`)[0]!.pid}`).length).toBe(1)
-      await blocker`rollback`
+      expect((await db.sql`select 1 from pg_locks where locktype = 'relation' and mode = 'AccessExclusiveLock' and granted and pid = ${blocker.pid}`).length).toBe(1)
+      await blocker.release()
       await Promise.all([first, later])
     } finally {
-      blocker.release()
+      await blocker?.release()
       await pools.close(1)
     }
   })
