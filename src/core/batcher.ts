@@ -11,10 +11,11 @@
  *
  * A member's failure fails that member only: the statement answers per
  * member (a lost lease is a row that is missing, not an error). A statement
- * that fails for a reason of its data (a CHECK, a unique violation) is run
- * again member by member, so only the member at fault gets the error; one
- * that fails for its connection fails every member it carried, each of which
- * then knows its own lease (released or left reclaimable by its caller).
+ * that fails for a reason of one member (`isolate`: a CHECK, a unique
+ * violation, a row locked by another session) is run again member by member,
+ * so only the member at fault gets the error; one that fails for its
+ * connection fails every member it carried, each of which then knows its own
+ * lease (released or left reclaimable by its caller).
  */
 export interface BatcherOptions<Input, Output> {
   /** Runs one statement for `inputs`: one output per input, in order. */
@@ -36,7 +37,7 @@ export interface BatcherOptions<Input, Output> {
   readonly overlapAfterMs?: number
   /** Members per statement, so one statement stays short (its row locks, its plan). @default 128 */
   readonly maxBatch?: number
-  /** Whether a failed batch should be retried member by member (its own data, not its connection). @default never */
+  /** Whether a failed batch should be retried member by member (one member's data or lock, not its connection). @default never */
   readonly isolate?: (error: unknown) => boolean
   /**
    * A member's kind, when a batch may carry several (lane.ts: claims and
@@ -111,6 +112,18 @@ export class Batcher<Input, Output> {
       signal?.addEventListener('abort', onAbort!, { once: true })
       this.#queue.push(pending)
       this.#pump()
+    })
+  }
+
+  /**
+   * One member in a statement of its own, sent at once beside whatever is in
+   * flight, never batched and not counted against maxInFlight: a member whose
+   * row was found locked waits there alone (lane.ts), holding no one else's
+   * statement and no place in the queue.
+   */
+  submitAlone(input: Input): Promise<Output> {
+    return new Promise<Output>((resolve, reject) => {
+      void this.#send([{ input, resolve, reject, signal: undefined, onAbort: undefined }])
     })
   }
 

@@ -1,4 +1,4 @@
-import { FEW_MEMBERS } from './batch-input'
+import { membersCondition } from './batch-input'
 import { cutoffText } from './policy'
 
 /** One claim of a batch, as the statement reads it (JSON: jsonb_to_recordset). */
@@ -92,11 +92,11 @@ export interface ClaimRow {
  * path. Measured here (pg_stat_statements, BENCHMARKS.md): 0.59 ms per
  * statement for 6.2 members on average, about 0.1 ms per claim.
  */
-const claimCtes = `input as (
+const claimCtes = (shared: boolean) => `input as (
     select i.*, coalesce(i.now, now()) as at
       from jsonb_to_recordset($1::text::jsonb) as i(n int, tenant text, key text, method text, path text, fingerprint text,
                                              lease bigint, owner uuid, now timestamptz, ttl float8, summary jsonb, http_request_id text)
-     where ${FEW_MEMBERS}
+     where ${membersCondition(shared)}
   ),
   seen as (
     select i.n, k.*
@@ -144,8 +144,11 @@ const claimRows = `
     from seen s
    where s.lease is not null`
 
+/** A statement of claims alone: one member waits on a lock as long as the session says; several, SHARED_LOCK_WAIT_MS (batch-input.ts). */
 export const claimBatchSql = `/* idempotent-post: claim */
-  with ${claimCtes}${claimRows}`
+  with ${claimCtes(false)}${claimRows}`
+export const sharedClaimBatchSql = `/* idempotent-post: claim */
+  with ${claimCtes(true)}${claimRows}`
 
 /**
  * Claims and completions in one statement (lane.ts): the claim's CTEs, its
@@ -162,7 +165,7 @@ export const claimBatchSql = `/* idempotent-post: claim */
  */
 export function claimAndCompleteSql(completionCtes: string, completedRows: string): string {
   return `/* idempotent-post: claim and complete */
-  with ${claimCtes},
+  with ${claimCtes(true)},
   claimed as (${claimRows}
   ),
   ${completionCtes}

@@ -1,3 +1,4 @@
+import { isLockFailure, isUnavailable } from './errors'
 import { recovering, type Recovery } from './recovery'
 import { newLeaseId } from './lease-id'
 import { isExpiredAge } from './policy'
@@ -57,13 +58,19 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant, o
     summary: claimant.summary ?? null, http_request_id: claimant.httpRequestId ?? null,
   }
   const recovery = options.recovery && { ...options.recovery, signal: options.signal ?? options.recovery.signal }
-  return recovering('claim', (attempt) => claimRounds(sql, id, claimant, member, taker, attempt, options.signal), recovery)
+  // A claim that gave up on its key's locked row (another session's uncommitted insert of it) committed
+  // nothing: it is sent again, alone from then on, so it waits on that row without anyone beside it.
+  let alone = false
+  return recovering('claim', (attempt) => claimRounds(sql, id, claimant, member, taker, attempt, options.signal, alone), recovery, (error) => {
+    if (isLockFailure(error)) alone = true
+    return isLockFailure(error) || isUnavailable(error)
+  })
 }
 
 async function claimRounds(sql: Sql, id: RequestIdentity, claimant: Claimant, member: ClaimMember, taker: Claimant & { lease: string },
-  attempt: number, signal: AbortSignal | undefined): Promise<ClaimResult> {
+  attempt: number, signal: AbortSignal | undefined, alone: boolean): Promise<ClaimResult> {
   for (let round = 0; round < MAX_ROUNDS; round++) {
-    const row = await laneOf(sql).claim(member, signal)
+    const row = await laneOf(sql).claim(member, signal, alone)
     if (!row) continue // conflicted with a row our snapshot cannot see yet, or it vanished
     const seen: Lease = { tenant: id.tenant, key: id.key, lease: row.lease, attempts: row.attempts, requestId: row.request_id }
     if (row.fresh) return { kind: 'created', lease: seen }

@@ -29,7 +29,12 @@ const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/
  * racing it either commits first (the UPDATE then re-checks the lease and
  * skips the row: fenced) or finds the row locked (NOWAIT: 409) and then done.
  */
-export async function completeRows(pool: postgres.Sql<Record<string, never>>, lease: Lease, response: StoredResponse, writes: RowWrites, options: CompleteOptions = {}): Promise<StoredResponse> {
+export interface CompleteRowsOptions extends CompleteOptions {
+  /** In a statement of its own, sent at once: a completion whose key's row was found locked waits there alone (lane.ts). @default false */
+  readonly alone?: boolean
+}
+
+export async function completeRows(pool: postgres.Sql<Record<string, never>>, lease: Lease, response: StoredResponse, writes: RowWrites, options: CompleteRowsOptions = {}): Promise<StoredResponse> {
   for (const [table, rows] of Object.entries(writes)) {
     if (!IDENTIFIER.test(table)) throw new TypeError(`not a table name: ${JSON.stringify(table)}`)
     for (const row of rows) for (const column of Object.keys(row)) if (!IDENTIFIER.test(column)) throw new TypeError(`not a column name: ${JSON.stringify(column)}`)
@@ -40,7 +45,7 @@ export async function completeRows(pool: postgres.Sql<Record<string, never>>, le
     timer = setTimeout(() => reject(new DatabaseUnavailableError(new Error('the completing statement got no answer in time'))), options.timeoutMs ?? COMPLETION_TIMEOUT_MS)
   })
   try {
-    const fenced = await Promise.race([laneOf(pool).complete(member), timedOut])
+    const fenced = await Promise.race([laneOf(pool).complete(member, options.alone), timedOut])
     if (!fenced) throw new LeaseLostError()
     return response
   } catch (error) {

@@ -1,4 +1,4 @@
-import { FEW_MEMBERS } from './batch-input'
+import { membersCondition } from './batch-input'
 import type { StoredResponse } from './types'
 
 /** Rows to insert, by table: the business writes of a declarative recording step. */
@@ -25,17 +25,18 @@ export interface CompletionMember {
  * in `done`, so its entry, now the new owner's, is left alone.
  */
 export function completionStatement(members: readonly CompletionMember[]): { text: string; parameters: string[] } {
-  const { ctes, done, parameters } = completionParts(members)
+  const { ctes, done, parameters } = completionParts(members, { shared: members.length > 1 })
   return { text: `\n  with ${ctes}\n  select n from ${done}`, parameters }
 }
 
 /**
  * The completion's CTEs for completionStatement, or for a statement that
  * carries claims too (claim-sql.ts claimAndCompleteSql): there its names take
- * a prefix and its parameters start at $2. `done` names the CTE of the
+ * a prefix and its parameters start at $2. `shared`: the statement carries
+ * more than one member, and waits on a lock SHARED_LOCK_WAIT_MS at most. `done` names the CTE of the
  * members whose lease held.
  */
-export function completionParts(members: readonly CompletionMember[], { prefix = '', first = 1 } = {}): { ctes: string; done: string; parameters: string[] } {
+export function completionParts(members: readonly CompletionMember[], { prefix = '', first = 1, shared = true } = {}): { ctes: string; done: string; parameters: string[] } {
   const [input, before, done, unlisted] = [`${prefix}input`, `${prefix}before`, `${prefix}done`, `${prefix}unlisted`] as const
   const [$members, $rows] = [`$${first}`, `$${first + 1}`] as const
   const groups = new Map<string, { table: string; columns: string[] }>()
@@ -64,7 +65,7 @@ export function completionParts(members: readonly CompletionMember[], { prefix =
   const ctes = `${input} as (
     select * from jsonb_to_recordset(${$members}::text::jsonb)
       as i(n int, tenant text, key text, lease bigint, status smallint, headers jsonb, body text, at timestamptz)
-     where ${FEW_MEMBERS}
+     where ${membersCondition(shared)}
   ),
   ${before} as (
     select k.tenant, k.key, k.stale_at from ${input} i join idempotency_keys k on k.tenant = i.tenant and k.key = i.key

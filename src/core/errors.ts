@@ -67,6 +67,18 @@ export function isDataError(error: unknown): boolean {
   return code !== undefined && /^2[23][0-9A-Z]{3}$/.test(code)
 }
 
+/**
+ * A statement that gave up on a lock (lock_timeout, 55P03), or that
+ * PostgreSQL ended to break a deadlock or a serialization conflict: it
+ * committed nothing, so a claim or a fenced completion can be sent again; and
+ * in a statement of many members it is one member's row that waited, so the
+ * others are sent again without it (batcher.ts, lane.ts).
+ */
+export function isLockFailure(error: unknown): boolean {
+  const code = sqlState(error)
+  return code === SQLSTATE.LOCK_NOT_AVAILABLE || code === SQLSTATE.DEADLOCK_DETECTED || code === SQLSTATE.SERIALIZATION_FAILURE
+}
+
 export function isUnavailable(error: unknown): boolean {
   const code = sqlState(error)
   return (code !== undefined && UNAVAILABLE.has(code)) || error instanceof DatabaseUnavailableError

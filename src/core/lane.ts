@@ -1,7 +1,7 @@
 import { Batcher } from './batcher'
-import { claimAndCompleteSql, claimBatchSql, type ClaimMember, type ClaimRow } from './claim-sql'
+import { claimAndCompleteSql, claimBatchSql, sharedClaimBatchSql, type ClaimMember, type ClaimRow } from './claim-sql'
 import { completionParts, completionStatement, type CompletionMember } from './completion-sql'
-import { isDataError } from './errors'
+import { isDataError, isLockFailure } from './errors'
 import type { Sql } from './types'
 
 /**
@@ -30,18 +30,26 @@ export class Lane {
     // Three in flight at most: past overlapAfterMs a statement goes beside the one running, and one
     // sent beside another carries claims or completions, not both (batcher.ts kindOf).
     this.#batcher = new Batcher({
-      run: (work) => this.#run(sql, work), isolate: isDataError, maxInFlight: 3, ...options,
+      // A statement of many members that met a locked row (it waits SHARED_LOCK_WAIT_MS at most, batch-input.ts)
+      // is sent again member by member, like one that failed on a member's data: only that member waits on it.
+      run: (work) => this.#run(sql, work), isolate: (error) => isDataError(error) || isLockFailure(error), maxInFlight: 3, ...options,
       kindOf: (item) => (item.claim ? 'claim' : 'completion'),
     })
   }
 
-  /** A claim's row, or undefined: see claim-sql.ts. `signal` takes it out while still queued. */
-  claim(member: ClaimMember, signal?: AbortSignal): Promise<ClaimRow | undefined> {
+  /**
+   * A claim's row, or undefined: see claim-sql.ts. `signal` takes it out while
+   * still queued. `alone`: in a statement of its own, sent at once (a claim
+   * whose key's row was found locked: it waits there, and no one else with it).
+   */
+  claim(member: ClaimMember, signal?: AbortSignal, alone = false): Promise<ClaimRow | undefined> {
+    if (alone) return this.#batcher.submitAlone({ claim: member }) as Promise<ClaimRow | undefined>
     return this.#batcher.submit({ claim: member }, signal) as Promise<ClaimRow | undefined>
   }
 
-  /** Whether the completion's lease held (its answer stored, its rows written). */
-  complete(member: CompletionMember): Promise<boolean> {
+  /** Whether the completion's lease held (its answer stored, its rows written). `alone` as for claims. */
+  complete(member: CompletionMember, alone = false): Promise<boolean> {
+    if (alone) return this.#batcher.submitAlone({ completion: member }) as Promise<boolean>
     return this.#batcher.submit({ completion: member }) as Promise<boolean>
   }
 
@@ -127,7 +135,8 @@ async function runStatement(sql: Sql, claims: readonly ClaimMember[], completion
   // them (BENCHMARKS.md); one plan per shape (the tables and columns a route writes). A pool
   // made for PgBouncer still prepares nothing (store/db.ts).
   if (completions.length === 0) {
-    for (const row of await sql.unsafe<ClaimRow[]>(claimBatchSql, [claimInput()], { prepare: true })) claimed[row.n] = row
+    const text = claims.length > 1 ? sharedClaimBatchSql : claimBatchSql
+    for (const row of await sql.unsafe<ClaimRow[]>(text, [claimInput()], { prepare: true })) claimed[row.n] = row
   } else if (claims.length === 0) {
     const { text, parameters } = completionStatement(completions)
     for (const row of await sql.unsafe<{ n: number }[]>(text, parameters, { prepare: true })) fenced[row.n] = true

@@ -1,5 +1,5 @@
 import pRetry from 'p-retry'
-import { DatabaseUnavailableError, isUnavailable, SQLSTATE, sqlState } from './errors'
+import { DatabaseUnavailableError, isLockFailure, isUnavailable, SQLSTATE, sqlState } from './errors'
 
 /**
  * In-request recovery: a statement whose connection failed under it (a reset,
@@ -16,6 +16,12 @@ import { DatabaseUnavailableError, isUnavailable, SQLSTATE, sqlState } from './e
  *   committed one changes nothing.
  * - `read`: changes nothing.
  *
+ * A claim or a completion that gave up on its key's row, locked by another
+ * session (lock_timeout, a deadlock, a serialization failure), committed
+ * nothing either, and is run again the same way, alone in its statement from
+ * then on (claim.ts, http/completion.ts), cause `locked`: a lock that clears
+ * before the deadline costs the client nothing (invariant 15).
+ *
  * The provider call is never in here: it has its own retries, under its own
  * downstream key (provider/client.ts).
  *
@@ -27,8 +33,8 @@ export type StatementKind = 'claim' | 'completion' | 'release' | 'read'
 export const STATEMENT_KINDS: readonly StatementKind[] = ['claim', 'completion', 'release', 'read']
 
 /** Why a statement was run again (a bounded label). */
-export type RetryCause = 'terminated' | 'connection_lost' | 'refused' | 'read_only' | 'pooler' | 'timeout'
-export const RETRY_CAUSES: readonly RetryCause[] = ['terminated', 'connection_lost', 'refused', 'read_only', 'pooler', 'timeout']
+export type RetryCause = 'terminated' | 'connection_lost' | 'refused' | 'read_only' | 'pooler' | 'timeout' | 'locked'
+export const RETRY_CAUSES: readonly RetryCause[] = ['terminated', 'connection_lost', 'refused', 'read_only', 'pooler', 'timeout', 'locked']
 
 const REFUSED = new Set([SQLSTATE.CANNOT_CONNECT_NOW, SQLSTATE.TOO_MANY_CONNECTIONS, 'ECONNREFUSED', 'CONNECT_TIMEOUT', 'ENOTFOUND', 'EHOSTUNREACH', '08001', '08004'])
 
@@ -36,6 +42,7 @@ export function retryCause(error: unknown): RetryCause {
   const code = sqlState(error) ?? sqlState((error as { cause?: unknown } | null)?.cause)
   if (code === SQLSTATE.ADMIN_SHUTDOWN || code === '57P02') return 'terminated'
   if (code === SQLSTATE.READ_ONLY_SQL_TRANSACTION) return 'read_only'
+  if (isLockFailure(error)) return 'locked'
   if (code === SQLSTATE.PROTOCOL_VIOLATION) return 'pooler'
   if (code !== undefined && REFUSED.has(code)) return 'refused'
   if (code === undefined && error instanceof DatabaseUnavailableError) return 'timeout'

@@ -6,7 +6,7 @@
 import { complete } from '../core/complete'
 import { completeRows } from '../core/complete-rows'
 import { completionState } from '../core/completion-state'
-import { LeaseLostError, isUnavailable } from '../core/errors'
+import { LeaseLostError, isLockFailure, isUnavailable } from '../core/errors'
 import { recovering, type Recovery } from '../core/recovery'
 import type { Lease, StoredResponse } from '../core/types'
 import { FailedResult } from './failure'
@@ -39,6 +39,9 @@ export function completer<Body, Result>(route: IdempotentRoute<Body, Result>, po
   return function completeRecovering(completion: Completion<Body, Result>): Promise<StoredResponse> {
     const { lease } = completion
     let lost = false
+    // A completion that gave up on its key's row locked by another session committed nothing: it is
+    // sent again while the deadline leaves time, alone from then on, so no one else waits on that row.
+    let alone = false
     return recovering('completion', async (attempt) => {
       if (attempt > 1) {
         const state = await completionState(pools.short, lease)
@@ -48,12 +51,15 @@ export function completer<Body, Result>(route: IdempotentRoute<Body, Result>, po
           throw new LeaseLostError()
         }
       }
-      return completeOnce(completion)
-    }, completion.recovery, (error, attempt) => !lost && (isUnavailable(error) || (error instanceof LeaseLostError && attempt > 1)))
+      return completeOnce(completion, alone)
+    }, completion.recovery, (error, attempt) => {
+      if (isLockFailure(error)) alone = true
+      return !lost && (isUnavailable(error) || isLockFailure(error) || (error instanceof LeaseLostError && attempt > 1))
+    })
   }
 
   /** The recording step and the completion, in the route's form. */
-  async function completeOnce({ lease, body, result, requestId, sending }: Completion<Body, Result>): Promise<StoredResponse> {
+  async function completeOnce({ lease, body, result, requestId, sending }: Completion<Body, Result>, alone: boolean): Promise<StoredResponse> {
     const at = now?.()
     const context = { body, tenant: lease.tenant, key: lease.key, result }
     if (route.recordRows) {
@@ -61,7 +67,7 @@ export function completer<Body, Result>(route: IdempotentRoute<Body, Result>, po
       const response = toStored(answer, requestId)
       if (answer.status >= 500) throw new FailedResult(response)
       sending()
-      return completeRows(pools.short, lease, response, answer.insert, { now: at })
+      return completeRows(pools.short, lease, response, answer.insert, { now: at, alone })
     }
     sending()
     return complete(pools.work, lease, async (tx) => {

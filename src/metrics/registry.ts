@@ -126,7 +126,7 @@ export function createMetrics(registry: Registry = new Registry(), options: { tt
     }),
     statementRetries: new Counter({
       name: 'idempotency_statement_retries_total',
-      help: 'Statements sent again on a fresh connection after the one under them failed, within the request\'s deadline, by statement (claim, completion, release, read) and cause (terminated, connection_lost, refused, read_only, pooler, timeout).',
+      help: 'Statements sent again after the one under them failed (its connection, or a row lock another session held), within the request\'s deadline, by statement (claim, completion, release, read) and cause (terminated, connection_lost, refused, read_only, pooler, timeout, locked).',
       labelNames: ['route', 'statement', 'cause'],
       registers,
     }),

@@ -11,7 +11,7 @@ import { claimBatchSql } from '../../src/core/claim-sql'
 import { newLeaseId } from '../../src/core/lease-id'
 import { completeRows, completionStats } from '../../src/core/complete-rows'
 import { laneOf } from '../../src/core/lane'
-import { DatabaseUnavailableError, isUnavailable, LeaseLostError } from '../../src/core/errors'
+import { DatabaseUnavailableError, isLockFailure, isUnavailable, LeaseLostError } from '../../src/core/errors'
 import { reclaim } from '../../src/core/reclaim'
 import type { Lease } from '../../src/core/types'
 import { newPayment } from '../../src/payments/insert-payment'
@@ -271,6 +271,38 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
     expect(completions.map((outcome) => outcome.status)).toEqual(leases.map((_, i) => (i === 2 ? 'rejected' : 'fulfilled')))
     expect(await payments(leases.map((lease) => lease.key))).toBe(5)
     expect(await statusOf(leases[2]!.key)).toBe('processing')
+  })
+
+  // Catches: a statement of many members that waits on one member's locked row for the session's lock_timeout and
+  // fails every member (no short wait, or no member-by-member retry after a lock failure).
+  test('a member whose key\'s row another session holds fails alone; the claims and completions beside it are answered while the row is still locked', async () => {
+    const leases = await Promise.all(Array.from({ length: 4 }, () => claimed()))
+    const stuck = identity()
+    const foreign = await db.sql.reserve()
+    try {
+      await foreign`begin`
+      // Another session's uncommitted insert of the key: our insert of it must wait for that transaction.
+      await foreign.unsafe(claimBatchSql, [JSON.stringify([{
+        n: 0, tenant: stuck.tenant, key: stuck.key, method: stuck.method, path: stuck.path, fingerprint: stuck.fingerprint,
+        lease: newLeaseId(), owner: null, now: null, ttl: 30, summary: null, http_request_id: null,
+      }])])
+      const fresh = Array.from({ length: 5 }, () => identity())
+      const busy = claim(shared.short, identity(), timing)
+      const stuckClaim = claim(shared.short, stuck, timing).then(() => 'answered', (error: unknown) => error)
+      const [claims, completions] = await Promise.all([
+        Promise.all(fresh.map((id) => claim(shared.short, id, timing))),
+        Promise.allSettled(leases.map((lease) => completeBeside(lease))),
+      ])
+      await busy
+      expect(claims.map((result) => result.kind)).toEqual(fresh.map(() => 'created'))
+      expect(completions.map((outcome) => outcome.status)).toEqual(leases.map(() => 'fulfilled'))
+      expect(await foreign`select 1`).toHaveLength(1) // still in its transaction: nothing above waited for it
+      expect(isLockFailure(await stuckClaim)).toBe(true) // the engine's answer; the plugin sends it again (key-lock-isolation.test.ts)
+      expect(await payments(leases.map((lease) => lease.key))).toBe(4)
+    } finally {
+      await foreign`rollback`.catch(() => {})
+      foreign.release()
+    }
   })
 
   // Catches: a shared statement cut mid-query answered as anything but unavailable (a claim told it lost,
