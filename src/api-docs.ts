@@ -45,7 +45,7 @@ const description = ({ ttlSeconds, retentionSeconds }: DocsOptions) => `Payments
 
 Every request to \`/api\` carries \`Authorization: Bearer <api key>\`; the key decides the tenant, and
 idempotency keys are scoped by tenant. Every error answer is RFC 9457 \`application/problem+json\`
-with a stable \`code\` (its \`type\` is \`urn:idempotent-post:problem:<code>\`); the codes are listed in the README.
+with a stable \`code\` (its \`type\` is \`urn:idempotent-post:problem:<code>\`); the codes are listed in docs/reference/http-api.md.
 
 **Key expiry:** this server keeps a finished request's answer, and replays it to a retry under the same key,
 for ${duration(retentionSeconds)}; after that the key is forgotten and a request under it is new. A request

@@ -4,8 +4,8 @@
  */
 import { Type } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
-import { migrate, openPools } from 'idempotent-post/engine'
-import { bearerTenant, defineProblems, idempotentPost, problemResult } from 'idempotent-post/plugin'
+import { migrate, openPools, startHeartbeat } from 'idempotent-post/engine'
+import { bearerTenant, defineProblems, idempotentPost, InFlight, problemResult } from 'idempotent-post/plugin'
 
 const NewOrder = Type.Object({
   sku: Type.String({ minLength: 1, maxLength: 32 }),
@@ -38,7 +38,12 @@ export async function createOrdersApp({ databaseUrl, warehouseUrl, apiKeys }: Or
       created_at      timestamptz not null default now()
     )`
 
-  const app = new Elysia().use(idempotentPost({ pools, tenant: bearerTenant(apiKeys) }, {
+  // This process's heartbeat, listing the requests it runs: an operator can then tell
+  // a dead worker's key from a live one's, and force-expire it before its TTL.
+  const inFlight = new InFlight()
+  const heartbeat = await startHeartbeat(pools.short, { leases: () => inFlight.leaseIds() })
+
+  const app = new Elysia().use(idempotentPost({ pools, tenant: bearerTenant(apiKeys), inFlight, owner: () => heartbeat.id }, {
     path: '/orders',
     body: NewOrder,
     problems: ORDER_PROBLEMS,
@@ -68,5 +73,10 @@ export async function createOrdersApp({ databaseUrl, warehouseUrl, apiKeys }: Or
     },
   }))
 
-  return { app, close: () => pools.close() }
+  // After app.stop() (in-flight requests finish): the heartbeat, then the pools.
+  const close = async () => {
+    await heartbeat.stop()
+    await pools.close()
+  }
+  return { app, close }
 }

@@ -3,7 +3,7 @@
  * that every alert's `runbook_url` is an absolute link an on-call can open
  * (dashboards/settings.ts builds it from the one ADMIN_URL setting).
  *
- * One source: the "Alert runbooks" section of docs/operators.md, one `###
+ * One source: the "Alert runbooks" section of docs/how-to/on-call.md, one `###
  * <AlertName>` heading per alert (test/dashboards/alert-links.test.ts keeps
  * every alert's section there). It is rendered with marked, escaped: raw
  * HTML in the Markdown is shown as text, links stay on this origin (a link to
@@ -16,7 +16,7 @@ import { join } from 'node:path'
 import { escapeHtml } from '@kitajs/html'
 import { Marked, type Tokens } from 'marked'
 
-export const OPERATORS_GUIDE = join(import.meta.dir, '..', '..', 'docs', 'operators.md')
+export const OPERATORS_GUIDE = join(import.meta.dir, '..', '..', 'docs', 'how-to', 'on-call.md')
 const SECTION = '## Alert runbooks'
 
 export interface Runbook {
@@ -67,7 +67,7 @@ function renderer(alerts: ReadonlySet<string>): Marked {
         /^\/admin(?:[/?#][A-Za-z0-9/?#=&_.%-]*)?$/.test(text) ? `<a href="${escapeHtml(text)}"><code>${escapeHtml(text)}</code></a>` : `<code>${escapeHtml(text)}</code>`,
       link(this: { parser: { parseInline(tokens: Tokens.Generic[]): string } }, { href, tokens }: Tokens.Link) {
         const text = this.parser.parseInline(tokens)
-        const anchor = /^(?:operators\.md)?#([a-z0-9-]+)$/.exec(href)?.[1]
+        const anchor = /^(?:on-call\.md)?#([a-z0-9-]+)$/.exec(href)?.[1]
         const alert = anchor ? byAnchor.get(anchor) : undefined
         if (alert) return `<a href="${escapeHtml(runbookPath(alert))}">${text}</a>`
         // Our own admin pages stay links; anything else (another document, another origin) is text.
@@ -88,7 +88,7 @@ export function loadRunbooks(markdown: string): ReadonlyMap<string, Runbook> {
 
 let cached: ReadonlyMap<string, Runbook> | undefined
 
-/** The runbooks of docs/operators.md, read and rendered once per process. */
+/** The runbooks of docs/how-to/on-call.md, read and rendered once per process. */
 export function runbooks(): ReadonlyMap<string, Runbook> {
   cached ??= loadRunbooks(readFileSync(OPERATORS_GUIDE, 'utf8'))
   return cached

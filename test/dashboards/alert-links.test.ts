@@ -37,7 +37,7 @@ function anchors(markdown: string): Map<string, string> {
 const prometheusRules = () => (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as any).groups.flatMap((group: any) => group.rules) as any[]
 const grafanaRules = () => (Bun.YAML.parse(readFileSync(OUTPUTS.grafanaAlerts, 'utf8')) as any).groups.flatMap((group: any) => group.rules) as any[]
 
-test('every rule, Prometheus and Grafana, has an absolute runbook_url: the page the service serves from its runbook section in docs/operators.md', () => {
+test('every rule, Prometheus and Grafana, has an absolute runbook_url: the page the service serves from its runbook section in docs/how-to/on-call.md', () => {
   const sections = anchors(readFileSync(RUNBOOK, 'utf8'))
   const served = loadRunbooks(readFileSync(RUNBOOK, 'utf8'))
   const rules = [
@@ -207,6 +207,6 @@ test('IdempotencyProviderSlow fires before the first deadline by construction: t
   const runbook = anchors(readFileSync(RUNBOOK, 'utf8')).get('idempotencyproviderslow')!
   for (const said of [`at most **${time.firingSeconds} s**`, `**${time.deadlineSeconds} s**`, `**${time.thresholdSeconds} s**`, 'every TTL of **25 s** or more'])
     expect({ said, in: runbook.includes(said) }).toEqual({ said, in: true })
-  // The documented scrape interval the construction counts on: the example config in docs/observability.md.
-  expect(readFileSync(join(ROOT, 'docs', 'observability.md'), 'utf8')).toContain(`scrape_interval: ${ASSUMED_SCRAPE_INTERVAL_SECONDS}s`)
+  // The documented scrape interval the construction counts on: the example config in docs/how-to/monitoring.md.
+  expect(readFileSync(join(ROOT, 'docs', 'how-to', 'monitoring.md'), 'utf8')).toContain(`scrape_interval: ${ASSUMED_SCRAPE_INTERVAL_SECONDS}s`)
 })

@@ -1,7 +1,7 @@
 /**
  * The problem catalogues: every code the service answers with is in one of
  * them (the plugin's, payments', admin's, the service's own: SERVICE_PROBLEMS),
- * the README lists exactly those, an answer carries its entry's status,
+ * docs/reference/http-api.md lists exactly those, an answer carries its entry's status,
  * title and Retry-After, and an app can add codes of its own without
  * redefining one.
  */
@@ -16,8 +16,8 @@ const ROOT = join(import.meta.dir, '..', '..')
 const codes = [...SERVICE_PROBLEMS.codes]
 const PROBLEMS = SERVICE_PROBLEMS.entries
 
-test('the README lists every code with its status, title and Retry-After', () => {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
+test('docs/reference/http-api.md lists every code with its status, title and Retry-After', () => {
+  const readme = readFileSync(join(ROOT, 'docs', 'reference', 'http-api.md'), 'utf8')
   const section = readme.slice(readme.indexOf('## Problem codes'), readme.indexOf('\n## ', readme.indexOf('## Problem codes') + 1))
   const rows = [...section.matchAll(/^\| `([a-z-]+)` \| (\d{3}) \| ([^|]+) \| ([^|]*) \|/gm)]
     .map(([, code, status, title, retryAfter]) => ({ code, status: Number(status), title: title!.trim(), retryAfter: retryAfter!.trim() }))
