@@ -16,7 +16,8 @@ import { knownVersions } from './store/migrate'
 import { DatabaseHealth } from './store/health'
 import type { Logger } from './log'
 import { watchDurability } from './store/durability'
-import { ConfigError, type Config } from './config'
+import type { Config } from './config'
+import { isPortTaken, portTaken } from './config/port-taken'
 
 /** How long a shutdown waits for in-flight requests before stopping them. */
 export const DRAIN_TIMEOUT_MS = 10_000
@@ -47,13 +48,16 @@ export interface RunOptions {
   readonly stop?: AbortSignal
 }
 
-/** Starts a listener; a port another process holds is said as the setting to change (main.ts exits 2 naming it). */
-function listen<T>(variable: 'PORT' | 'METRICS_PORT', host: string, port: number, start: () => T): T {
+/**
+ * Starts a listener; a port another process holds is said as the setting to
+ * change, with a free port to set instead (main.ts exits 2 naming it).
+ */
+function listen<T>(variable: 'PORT' | 'METRICS_PORT', host: string, port: number, avoid: readonly number[], start: () => T): T {
   try {
     return start()
   } catch (error) {
-    if ((error as { code?: unknown } | null)?.code !== 'EADDRINUSE') throw error
-    throw new ConfigError(variable, `port ${port} on ${host} is in use by another process; stop it or set ${variable} to a free port`)
+    if (!isPortTaken(error)) throw error
+    throw portTaken(variable, host, port, avoid)
   }
 }
 
@@ -64,7 +68,7 @@ function listen<T>(variable: 'PORT' | 'METRICS_PORT', host: string, port: number
  * retry past it as a new request, and its purge deletes the row), and an
  * instance with the longer one may still replay what the other treats as
  * gone; a shorter TTL reclaims sooner. Said once, at start, so the operator
- * finishes the roll (docs/operators.md, "Changing the TTL or the retention").
+ * finishes the roll (docs/how-to/upgrade.md, "Changing the TTL or the retention").
  */
 function warnOnChangedSettings(log: Logger, previous: ServerSettings | undefined, config: Config): void {
   if (!previous) return
@@ -74,7 +78,7 @@ function warnOnChangedSettings(log: Logger, previous: ServerSettings | undefined
   ]
   if (changes.length === 0) return
   log.warn(`settings differ from those the last instance started with (${previous.updatedAt.toISOString()}): ${changes.join(', ')}; ` +
-    'while instances run with both, a key is protected for the shorter retention, and may be reclaimed after the shorter TTL: roll the change through every instance (docs/operators.md)',
+    'while instances run with both, a key is protected for the shorter retention, and may be reclaimed after the shorter TTL: roll the change through every instance (docs/how-to/upgrade.md)',
   { previous_retention_seconds: previous.retentionSeconds, previous_ttl_seconds: previous.ttlSeconds })
 }
 
@@ -106,10 +110,12 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   const scrapes = new Scrapes()
   const deps = { config, pools, metrics, gauges, inFlight, health, scrapes, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
   const app = buildApp(deps)
-  const server = listen('PORT', config.host, config.port, () => serve(app, deps, { reusePort: config.workers > 1 }))
+  // A free port suggested for a taken one is none of the others this start takes.
+  const ours = [config.port, config.providerPort, config.embeddedPort, ...(config.metricsPort ? [config.metricsPort] : [])]
+  const server = listen('PORT', config.host, config.port, ours, () => serve(app, deps, { reusePort: config.workers > 1 }))
   // METRICS_PORT: /metrics on a listener of its own (and not on PORT), e.g. one only the monitoring network reaches.
   const metricsServer = config.metricsPort !== undefined
-    ? listen('METRICS_PORT', config.metricsHost, config.metricsPort, () => serve(app, deps, { reusePort: config.workers > 1, listener: 'metrics' }))
+    ? listen('METRICS_PORT', config.metricsHost, config.metricsPort, ours, () => serve(app, deps, { reusePort: config.workers > 1, listener: 'metrics' }))
     : undefined
   log.info(`listening on ${server.hostname}:${server.port} (pid ${process.pid})${metricsServer ? `, metrics on ${metricsServer.hostname}:${metricsServer.port}` : ''}`,
     { host: server.hostname, port: server.port, ttl_seconds: config.ttlSeconds, workers: config.workers })

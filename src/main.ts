@@ -48,16 +48,21 @@ async function main(): Promise<number> {
     config = loadConfig()
   } catch (error) {
     if (error instanceof ConfigError) {
-      fatal.error(`configuration error: ${error.message}`, { variable: error.variable })
+      fatal.error(`configuration error: ${error.message}`, configFields(error))
       return 2
     }
     throw error
   }
+  const supervisorPid = Number(process.env[WORKER_ENV]) || undefined
+  const isWorker = supervisorPid !== undefined
   const { plainTextDatabase } = await import('./config')
   const plainText = plainTextDatabase(config)
   if (plainText) log.warn(plainText, { variable: 'DATABASE_URL' })
-  const supervisorPid = Number(process.env[WORKER_ENV]) || undefined
-  const isWorker = supervisorPid !== undefined
+  // Near misses of a setting's name (refused in production): said once, by the process the operator started.
+  if (!isWorker) for (const warning of config.warnings) log.warn(warning, { variable: warning.split(' ')[0] })
+  const { portTaken } = await import('./config/port-taken')
+  // A free port suggested for a taken one is none of the others this start takes.
+  const ours = [config.port, config.providerPort, config.embeddedPort, ...(config.metricsPort ? [config.metricsPort] : [])]
 
   /** Whether a signal came during the start; if so, say so (the caller then returns 0). */
   const stopped = (): boolean => {
@@ -75,7 +80,11 @@ async function main(): Promise<number> {
     if (!databaseUrl) {
       const { startEmbedded } = await import('./store/embedded')
       // An EMBEDDED_PG_DIR set by the operator is used as given; the default may move (see startEmbedded).
-      const embedded = await startEmbedded({ dir: config.embeddedDir, port: config.embeddedPort, portChosen: config.embeddedPortChosen, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR, log: info })
+      const embedded = await startEmbedded({ dir: config.embeddedDir, port: config.embeddedPort, portChosen: config.embeddedPortChosen, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR, log: info }).catch((error: unknown) => {
+        // store/embedded.ts says a chosen port is taken in its own words: named here as the setting, with a free port.
+        if (error instanceof Error && error.message.startsWith('EMBEDDED_PG_PORT:')) throw portTaken('EMBEDDED_PG_PORT', '127.0.0.1', config.embeddedPort, ours)
+        throw error
+      })
       teardown.push(async () => {
         if (await embedded.stop()) log.info('embedded PostgreSQL stopped')
         else log.info('embedded PostgreSQL left running: another process of this checkout still uses it')
@@ -84,26 +93,32 @@ async function main(): Promise<number> {
       log.info(`embedded PostgreSQL ready (data in ${embedded.dir}, port ${embedded.port})`)
       if (stopped()) return 0
     }
+    // The first connection: a database the operator's DATABASE_URL cannot reach is named as that setting, with what to check.
+    const { databaseUnreachable, isConnectFailure } = await import('./config/database-unreachable')
+    const operatorsDatabase = config.databaseUrl
+    const reaching = <T>(step: Promise<T>): Promise<T> => step.catch((error: unknown) => {
+      throw operatorsDatabase !== undefined && isConnectFailure(error) ? databaseUnreachable(operatorsDatabase, error) : error
+    })
     if (!isWorker && config.databasePgbouncer) {
       // No migrations through PgBouncer (store/migrate.ts checkSchema says why).
       const { checkSchema, describeVersions } = await import('./store/migrate')
-      log.info(`schema at migrations ${describeVersions(await checkSchema(databaseUrl, { prepare: false }))} (checked; DATABASE_PGBOUNCER=1 does not migrate)`)
+      log.info(`schema at migrations ${describeVersions(await reaching(checkSchema(databaseUrl, { prepare: false })))} (checked; DATABASE_PGBOUNCER=1 does not migrate)`)
       if (stopped()) return 0
     } else if (!isWorker) {
-      const { describeVersions, migrateService } = await import('./store/migrate')
-      const { applied, versions, adopted, pending, ahead } = await migrateService(databaseUrl)
+      const { describeVersions, describeWaiting, migrateService } = await import('./store/migrate')
+      const { applied, versions, adopted, pending, ahead } = await reaching(migrateService(databaseUrl))
       log.info(`schema at migrations ${describeVersions(versions)}${applied ? ` (${applied} applied)` : ''}${adopted ? ' (the single-line layout of earlier releases recorded in the new lines)' : ''}`, { migrations: versions, applied })
       if (ahead) log.info(`the database's schema is ahead of this release (${describeVersions(ahead)}) by online steps only: serving on it`, { ahead })
       for (const step of pending ?? []) {
-        log.info(`contract step ${step.line} ${step.version} (${step.name}) waits: ${step.waitingFor} live process(es) of an older release still serve; ` +
-          'it runs at the next start or `npm run migrate` once they are gone (docs/operators.md, Upgrading)', { pending: step })
+        log.info(`contract step ${step.line} ${step.version} (${step.name}) waits: ${describeWaiting(step)} still serve; ` +
+          'it runs at the next start or `npm run migrate` once they are gone (docs/how-to/upgrade.md)', { pending: step })
       }
       if (stopped()) return 0
     }
     // Never in a worker: its supervisor passes the URL of the one simulator.
     let providerUrl = config.providerUrl
     if (providerUrl === undefined) {
-      const simulator = await startSimulator(config)
+      const simulator = await startSimulator(config, ours)
       teardown.push(simulator.stop)
       providerUrl = simulator.url
       if (stopped()) return 0
@@ -157,7 +172,7 @@ async function main(): Promise<number> {
  * killed service are stopped (provider/orphans.ts: per ledger, never another
  * checkout's; their ledger is durable, nothing is lost), and ours is recorded.
  */
-async function startSimulator(config: Config): Promise<{ url: string; stop(): Promise<void> }> {
+async function startSimulator(config: Config, ours: readonly number[]): Promise<{ url: string; stop(): Promise<void> }> {
   const { spawnSimulator, STOP_GRACE_MS } = await import('./provider/spawn')
   const { orphanedSimulators, recordSimulator, stillRunning } = await import('./provider/orphans')
   const orphans = orphanedSimulators(config.providerLedger)
@@ -171,6 +186,10 @@ async function startSimulator(config: Config): Promise<{ url: string; stop(): Pr
     for (const deadline = Date.now() + 1_000; orphans.some(stillRunning) && Date.now() < deadline;) await Bun.sleep(20)
   }
   const { simulatorEnv } = await import('./provider/simulator-env')
+  // Said here, as the setting to change with a free port, rather than as the child's failure (it says so too, when it loses a race).
+  const { portIsFree, portTaken } = await import('./config/port-taken')
+  const host = process.env.PAYMENT_PROVIDER_HOST?.trim() || '127.0.0.1'
+  if (config.providerPort !== 0 && !portIsFree(host, config.providerPort)) throw portTaken('PAYMENT_PROVIDER_PORT', host, config.providerPort, ours)
   const simulator = await spawnSimulator({ detached: true, env: simulatorEnv(config, process.env) })
   const forget = recordSimulator(config.providerLedger, simulator.proc.pid)
   return {
@@ -203,6 +222,15 @@ function banner(config: Config, databaseUrl: string, simulated: boolean): void {
   process.stdout.write(`${lines.join('\n')}\n`)
 }
 
+/** The log fields of a refusal: the variable, and every one when several are refused at once. */
+function configFields(error: { variable: string; problems?: readonly { variable: string }[] }): Record<string, unknown> {
+  return { variable: error.variable, ...(error.problems?.length ? { variables: error.problems.map((problem) => problem.variable) } : {}) }
+}
+
+// `--help`: every setting, rendered from its declaration; any other argument is refused (config/reference.ts).
+const usageExit = process.argv.length > 2 ? (await import('./config/reference')).answerArguments(process.argv.slice(2)) : undefined
+if (usageExit !== undefined) process.exit(usageExit)
+
 main().then(
   (code) => {
     log.info('stopped', { exit_code: code })
@@ -212,10 +240,11 @@ main().then(
     // A port taken by another process is the operator's setting to change: exit 2 and name it, as for a bad value.
     const variable = (error as { variable?: unknown } | null)?.variable
     if (typeof variable === 'string') {
-      fatal.error(`configuration error: ${errorText(error)}`, { variable })
+      fatal.error(`configuration error: ${errorText(error)}`, configFields(error as { variable: string }))
       process.exit(2)
     }
-    fatal.error(`failed to start: ${errorText(error)}`, { error })
+    const setting = (error as { setting?: unknown } | null)?.setting
+    fatal.error(`failed to start: ${errorText(error)}`, { error, ...(typeof setting === 'string' ? { variable: setting } : {}) })
     process.exit(1)
   },
 )

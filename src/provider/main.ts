@@ -8,6 +8,7 @@
  * A bad setting exits 2 with a message naming the variable.
  */
 import { ConfigError, loadConfig } from '../config'
+import { isPortTaken, portTaken } from '../config/port-taken'
 import { startSimulator } from './simulator'
 
 /**
@@ -47,7 +48,11 @@ try {
 }
 
 const simulator = await startSimulator(options).catch((error: unknown) => {
-  // EADDRINUSE and the like: say where, so the operator can pick PAYMENT_PROVIDER_PORT.
+  // A taken port is the operator's setting to change: named, with a free port, and exit 2 like any bad setting.
+  if (isPortTaken(error)) {
+    console.error(`provider simulator: ${portTaken('PAYMENT_PROVIDER_PORT', options.hostname, options.port).message}`)
+    process.exit(2)
+  }
   console.error(`provider simulator: cannot start on ${options.hostname}:${options.port} (ledger ${options.ledgerPath}): ${error instanceof Error ? error.message : String(error)}`)
   process.exit(1)
 })

@@ -5,7 +5,7 @@
  * concurrent starts migrate once, and through a transaction pooler the lock
  * and its unlock can land on different server connections, leaving the lock
  * on a pooled connection where the next migration waits for it
- * (store/migrate.ts checkSchema, docs/scaling.md).
+ * (store/migrate.ts checkSchema, docs/how-to/pgbouncer.md).
  *
  * Refused with exit code 2: DATABASE_PGBOUNCER=1 (the operator says so), or a
  * server that refuses a startup parameter PostgreSQL accepts (PgBouncer
@@ -14,11 +14,11 @@
 import postgres from 'postgres'
 import { ConfigError, loadDatabaseConfig } from '../config'
 import { startEmbedded } from './embedded'
-import { describeVersions, migrateService } from './migrate'
+import { describeVersions, describeWaiting, migrateService } from './migrate'
 
 const out = (line: string) => process.stdout.write(`${line}\n`)
 const err = (line: string) => process.stderr.write(`${line}\n`)
-const THROUGH_PGBOUNCER = 'Run it against PostgreSQL directly (DATABASE_URL=postgres://<the primary itself> npm run migrate), then start the service behind PgBouncer: it checks the schema and does not migrate (docs/scaling.md).'
+const THROUGH_PGBOUNCER = 'Run it against PostgreSQL directly (DATABASE_URL=postgres://<the primary itself> npm run migrate), then start the service behind PgBouncer: it checks the schema and does not migrate (docs/how-to/pgbouncer.md).'
 
 /** The reason `url` looks like PgBouncer, or undefined: PostgreSQL takes any setting as a startup parameter, PgBouncer refuses them. */
 async function pgbouncerRefusal(url: string): Promise<string | undefined> {
@@ -60,9 +60,9 @@ async function main(): Promise<number> {
     if (adopted) out('the single-line layout of earlier releases (table migrations) was recorded in idempotency_migrations and service_migrations')
     out(`schema at migrations ${describeVersions(versions)} (${applied} applied)`)
     if (ahead) out(`the database is ahead of this release (${describeVersions(ahead)}) by online steps only: nothing to do`)
-    // The contract step of an upgrade: run this again once every instance of the older release is stopped (docs/operators.md, Upgrading).
+    // The contract step of an upgrade: run this again once every instance of the older release is stopped (docs/how-to/upgrade.md).
     for (const step of pending ?? [])
-      out(`contract step ${step.line} ${step.version} (${step.name}) not applied: ${step.waitingFor} live process(es) run a release that does not know ${describeVersions(step.requires)}; run again once they are stopped`)
+      out(`contract step ${step.line} ${step.version} (${step.name}) not applied: ${describeWaiting(step)} do not know ${describeVersions(step.requires)}; run again once they are stopped`)
     return 0
   } catch (error) {
     err(`migration failed: ${error instanceof Error ? error.message : error}`)

@@ -126,6 +126,27 @@ export interface PendingContract {
   readonly requires: Readonly<Record<string, number>>
   /** Live processes whose code does not know what the step requires. */
   readonly waitingFor: number
+  /**
+   * Of them, those that did not say what they know (no schemaKnown in their
+   * heartbeat): a release before the heartbeat said so, or an app on the
+   * plugin or the engine that starts its heartbeat without it. Not
+   * necessarily an older release.
+   */
+  readonly unsaid?: number
+}
+
+/**
+ * Who a pending contract step waits for, in words: a process that said it
+ * knows an older schema is an older release; one that said nothing may be an
+ * app on the plugin (startHeartbeat without schemaKnown), not a release at all.
+ */
+export function describeWaiting(step: Pick<PendingContract, 'waitingFor' | 'unsaid'>): string {
+  const unsaid = step.unsaid ?? 0
+  const older = step.waitingFor - unsaid
+  return [
+    ...(older > 0 ? [`${older} live process(es) of an older release`] : []),
+    ...(unsaid > 0 ? [`${unsaid} live process(es) that do not say which schema they know (an earlier release, or an app on the plugin or engine whose startHeartbeat has no schemaKnown)`] : []),
+  ].join(' and ')
 }
 
 /**
@@ -218,17 +239,17 @@ async function applyPending(sql: Sql, lines: readonly MigrationLine[], known: Re
       continue
     }
     for (const migration of migrations.slice(current)) {
-      const waitingFor = await step(async (tx) => {
+      const { waitingFor, unsaid } = await step(async (tx) => {
         if (migration.requires) {
           const waiting = await processesNotKnowing(tx, migration.requires)
-          if (waiting > 0) return waiting
+          if (waiting.waitingFor > 0) return waiting
         }
         await tx.unsafe(readFileSync(migration.file, 'utf8'))
         await tx`insert into ${tx(line.table)} (version, name, online) values (${migration.version}, ${migration.name}, ${migration.online})`
-        return 0
+        return { waitingFor: 0, unsaid: 0 }
       })
       if (waitingFor > 0) {
-        pending.push({ line: line.name, version: migration.version, name: migration.name, requires: migration.requires!, waitingFor })
+        pending.push({ line: line.name, version: migration.version, name: migration.name, requires: migration.requires!, waitingFor, unsaid })
         break
       }
       versions[line.name] = migration.version
@@ -256,15 +277,15 @@ async function requireOnlineAhead(sql: Sql, line: MigrationLine, known: number, 
  * before the heartbeat said so) counts as knowing none; one that knows
  * nothing of a line (a plugin app, for the service's line) does not use it.
  */
-async function processesNotKnowing(sql: Sql, requires: Readonly<Record<string, number>>): Promise<number> {
-  if (!await exists(sql, 'idempotency_processes')) return 0
-  const [row] = await sql<{ n: number }[]>`
-    select count(*)::int as n from idempotency_processes p
+async function processesNotKnowing(sql: Sql, requires: Readonly<Record<string, number>>): Promise<{ waitingFor: number; unsaid: number }> {
+  if (!await exists(sql, 'idempotency_processes')) return { waitingFor: 0, unsaid: 0 }
+  const [row] = await sql<{ n: number; unsaid: number }[]>`
+    select count(*)::int as n, count(*) filter (where p.schema_known is null)::int as unsaid from idempotency_processes p
      where ${processAlive(sql)}
        and (p.schema_known is null
             or exists (select 1 from jsonb_each_text(${sql.json(requires as Record<string, number>)}::jsonb) r(line, version)
                         where p.schema_known ? r.line and (p.schema_known->>r.line)::int < r.version::int))`
-  return row!.n
+  return { waitingFor: row!.n, unsaid: row!.unsaid }
 }
 
 /** The payments service's schema: the engine's line, then the service's. */
