@@ -196,7 +196,7 @@ export function createMetrics(registry: Registry = new Registry(), options: { tt
 }
 
 /**
- * The answers of an idempotent POST route (the README's HTTP API) whose
+ * The answers of an idempotent POST route (docs/reference/http-api.md) whose
  * http_requests_total series exist from the start: the dashboards' "HTTP
  * answers by status" and any status ratio see the first 409 or 5xx after a
  * deploy. Others (a 502 from a proxy, say) appear on first use.
@@ -222,18 +222,19 @@ export function primeRoute(metrics: Metrics, route: string, method = 'POST'): vo
 /**
  * The provider calls in progress, read at each scrape: how many, and how old
  * the oldest is. A histogram sees a call only when it ends, at its deadline
- * for a hung provider; these see it while it hangs.
+ * for a hung provider; these see it while it hangs. `now` (milliseconds) is
+ * the clock of the ages: tests move it.
  */
-export function providerCallsInFlight(metrics: Metrics): () => () => void {
+export function providerCallsInFlight(metrics: Metrics, now: () => number = () => performance.now()): () => () => void {
   const started = new Set<{ at: number }>()
   setCollect(metrics.providerInFlight, () => metrics.providerInFlight.set(started.size))
   setCollect(metrics.providerOldestCall, () => {
     let oldest = Number.POSITIVE_INFINITY
     for (const call of started) oldest = Math.min(oldest, call.at)
-    metrics.providerOldestCall.set(started.size === 0 ? 0 : (performance.now() - oldest) / 1000)
+    metrics.providerOldestCall.set(started.size === 0 ? 0 : (now() - oldest) / 1000)
   })
   return () => {
-    const call = { at: performance.now() }
+    const call = { at: now() }
     started.add(call)
     return () => { started.delete(call) }
   }

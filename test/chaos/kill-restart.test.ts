@@ -13,6 +13,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { startServer, type ServerProcess } from '../support/server'
 import { payment } from '../support/http'
+import { waitUntil } from '../support/wait'
 import { startProvider, type ProviderHandle } from '../support/server'
 import { chargedOnce, exactlyOnce, payUntilAnswered, paymentsByKey, tally, type Attempt } from './clients'
 
@@ -52,13 +53,8 @@ test(`${KILLS} SIGKILLs under load: exactly one payment and one charge per key`,
   const chaos = (async () => {
     for (let kill = 0; kill < KILLS; kill++) {
       await Bun.sleep(400 + Math.random() * 300)
-      // Only kill with work in flight, or the kill proves nothing.
-      const deadline = Date.now() + 5_000
-      while (Date.now() < deadline) {
-        const { n } = (await db.sql`select count(*)::int as n from idempotency_keys where status = 'processing'`)[0]!
-        if (n > 0) break
-        await Bun.sleep(10)
-      }
+      // Only kill with work in flight, or the kill proves nothing (after 5 s without any, it goes on: the last clients may be done).
+      await waitUntil(async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`)[0]!.n > 0, 5_000)
       server.proc.kill('SIGKILL')
       await server.proc.exited
       const { n } = (await db.sql`select count(*)::int as n from idempotency_keys where status = 'processing'`)[0]!

@@ -20,6 +20,7 @@ import { DATABASE_WAIT_MS } from '../../src/server'
 import { migrateService } from '../../src/store/migrate'
 import { startServer, type ServerProcess } from '../support/server'
 import { payment, postPayment } from '../support/http'
+import { waitUntil } from '../support/wait'
 import { exactlyOnce, freePort, payUntilAnswered, paymentsByKey, tally, type Attempt } from './clients'
 
 const KEYS = 40
@@ -71,11 +72,7 @@ test('a database restart under load: 503s while down, recovery without a service
 
   // Readiness notices the outage.
   let notReadyAfterMs = Infinity
-  while (performance.now() - stoppedAt < 10_000) {
-    const readyz = await fetch(`${server.url}/readyz`)
-    if (readyz.status === 503) { notReadyAfterMs = performance.now() - stoppedAt; break }
-    await Bun.sleep(50)
-  }
+  if (await waitUntil(async () => (await fetch(`${server.url}/readyz`)).status === 503, 10_000, 50)) notReadyAfterMs = performance.now() - stoppedAt
   const readyzDown = await timed(() => fetch(`${server.url}/readyz`))
 
   // POSTs wait for the database up to DATABASE_WAIT_MS, then fail with a 503
@@ -101,10 +98,7 @@ test('a database restart under load: 503s while down, recovery without a service
   const restartedAt = performance.now()
   const down = await Promise.all(downPosts)
   let readyAfterMs = Infinity
-  while (performance.now() - restartedAt < 20_000) {
-    if ((await fetch(`${server.url}/readyz`)).status === 200) { readyAfterMs = performance.now() - restartedAt; break }
-    await Bun.sleep(50)
-  }
+  if (await waitUntil(async () => (await fetch(`${server.url}/readyz`)).status === 200, 20_000, 50)) readyAfterMs = performance.now() - restartedAt
   // Once ready, reads answer at once, even through a pooled connection that died with the old server.
   const reads = await Promise.all(Array.from({ length: 8 }, () =>
     fetch(`${server.url}/api/payments?customer=cus_0`, { headers: { authorization: 'Bearer acme-key' } }).then((r) => r.status)))

@@ -15,6 +15,7 @@ import { dirname, join } from 'node:path'
 import { SYSTEM_DATA_ROOTS } from '../../src/store/embedded'
 import { freePort } from '../chaos/clients'
 import { payment, postPayment } from '../support/http'
+import { waitFor } from '../support/wait'
 import { alive, startDetached, type GroupProcess } from '../shutdown/spawn'
 
 const REPO = join(import.meta.dir, '..', '..')
@@ -34,7 +35,7 @@ afterAll(async () => {
   const lock = dataDir && join(dataDir, 'postmaster.pid')
   const pid = lock && existsSync(lock) ? Number(readFileSync(lock, 'utf8').split('\n')[0]) : undefined
   if (pid && alive(pid)) process.kill(pid, 'SIGQUIT')
-  while (pid && alive(pid)) await Bun.sleep(20)
+  if (pid) await waitFor(() => !alive(pid), `PostgreSQL (pid ${pid}) to exit`, 30_000)
   rmSync(checkout, { recursive: true, force: true })
   if (dataDir && SYSTEM_DATA_ROOTS.some((root) => dataDir!.startsWith(`${root}/`))) rmSync(dirname(dataDir), { recursive: true, force: true })
   // Where a start that failed before saying so would have put it (embedded.ts: a hash of the wanted path).

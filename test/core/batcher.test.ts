@@ -6,6 +6,7 @@
  */
 import { expect, test } from 'bun:test'
 import { Batcher } from '../../src/core/batcher'
+import { waitFor } from '../support/wait'
 
 /** A run whose statements the test ends by hand, in any order. */
 function manual() {
@@ -29,7 +30,7 @@ test('while a statement runs, the requests behind it wait and then go out as one
   expect(lanes.statements.map((s) => s.inputs)).toEqual([[0]])
   lanes.statements[0]!.end()
   expect(await first).toBe(0)
-  await Bun.sleep(0)
+  await waitFor(() => lanes.statements.length === 2, 'the queued requests to go out')
   expect(lanes.statements.map((s) => s.inputs)).toEqual([[0], [1, 2, 3, 4, 5, 6, 7, 8, 9]])
   lanes.statements[1]!.end()
   expect(await Promise.all(rest)).toEqual([10, 20, 30, 40, 50, 60, 70, 80, 90])
@@ -44,7 +45,7 @@ test('a statement still running after overlapAfterMs no longer holds the queue: 
   const queued = batcher.submit(2)
   await Bun.sleep(15)
   expect(lanes.statements).toHaveLength(1) // a young statement is waited for
-  await Bun.sleep(60)
+  await waitFor(() => lanes.statements.length === 2, 'the queued request to go beside the stuck one')
   expect(lanes.statements.map((s) => s.inputs)).toEqual([[1], [2]])
   const gap = lanes.statements[1]!.sentAt - lanes.statements[0]!.sentAt
   expect(gap).toBeGreaterThanOrEqual(39)
@@ -59,7 +60,7 @@ test('a statement still running after overlapAfterMs no longer holds the queue: 
   expect(lanes.statements.map((s) => s.inputs)).toEqual([[1], [2], [3]])
   lanes.statements[0]!.end()
   expect(await stuck).toBe(10)
-  await Bun.sleep(0)
+  await waitFor(() => lanes.statements.length === 4, 'the third to go out once a lane is free')
   expect(lanes.statements.map((s) => s.inputs)).toEqual([[1], [2], [3], [4]])
   lanes.statements[2]!.end()
   lanes.statements[3]!.end()

@@ -3,6 +3,7 @@ import { prometheusRules } from '../../dashboards/alerts'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
 import { startServer, type ServerProcess } from '../support/server'
+import { waitUntil } from '../support/wait'
 import { generatedExpressions } from './promql'
 import { startPrometheus, type PromAlert, type RealPrometheus } from './prometheus'
 
@@ -20,13 +21,10 @@ let scraped: ServerProcess
 let victim: ServerProcess | undefined
 let prometheus: RealPrometheus | undefined
 
+/** Prometheus evaluates every 250 ms or so: polled at that pace, failing with its log. */
 async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    const value = await probe().catch(() => undefined)
-    if (value !== undefined) return value
-    await Bun.sleep(250)
-  }
+  let value: T | undefined
+  if (await waitUntil(async () => (value = await probe().catch(() => undefined)) !== undefined, timeoutMs, 250)) return value as T
   throw new Error(`timed out waiting for ${what}\n--- prometheus log ---\n${prometheus?.log()}`)
 }
 

@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { prometheusRules } from '../../dashboards/alerts'
+import { waitUntil } from '../support/wait'
 
 /** A real Prometheus (Debian's `prometheus`, installed by `.ci/run`), scraping one target with the given rules. */
 export interface RealPrometheus {
@@ -45,6 +46,8 @@ export interface PrometheusSetup {
   readonly jobs: readonly ScrapeJob[]
   /** For rule groups without an `interval:` of their own. @default '1s' */
   readonly evaluationInterval?: string
+  /** host:port of each Alertmanager it sends its alerts to. @default none */
+  readonly alertmanagers?: readonly string[]
 }
 
 function freePort(): number {
@@ -68,6 +71,7 @@ export async function startPrometheusWith(setup: PrometheusSetup): Promise<RealP
   await Bun.write(join(dir, 'prometheus.yml'), Bun.YAML.stringify({
     global: { evaluation_interval: setup.evaluationInterval ?? '1s' },
     rule_files: ruleFiles,
+    ...(setup.alertmanagers?.length ? { alerting: { alertmanagers: [{ api_version: 'v2', static_configs: [{ targets: setup.alertmanagers }] }] } } : {}),
     scrape_configs: setup.jobs.map((job) => ({ job_name: job.job, scrape_interval: job.interval, scrape_timeout: job.timeout, static_configs: [{ targets: job.targets }] })),
   }, null, 2))
   const port = freePort()
@@ -84,13 +88,10 @@ export async function startPrometheusWith(setup: PrometheusSetup): Promise<RealP
     await proc.exited
     rmSync(dir, { recursive: true, force: true })
   }
-  const deadline = Date.now() + 30_000
-  while (!(await fetch(`${url}/-/ready`).then((r) => r.ok, () => false))) {
-    if (Date.now() > deadline || proc.exitCode !== null) {
-      await stop()
-      throw new Error(`Prometheus did not get ready within 30 s\n--- prometheus log ---\n${log}`)
-    }
-    await Bun.sleep(250)
+  const ready = await waitUntil(async () => proc.exitCode !== null || await fetch(`${url}/-/ready`).then((r) => r.ok, () => false), 30_000, 250)
+  if (!ready || proc.exitCode !== null) {
+    await stop()
+    throw new Error(`Prometheus did not get ready within 30 s\n--- prometheus log ---\n${log}`)
   }
   return {
     url,

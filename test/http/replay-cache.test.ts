@@ -11,6 +11,7 @@ import { MAX_SENT_TEXT_CHARS, ReplayCache, replayMarginMs } from '../../src/http
 import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, paymentRequest } from '../support/http'
+import { startGatedProvider } from '../support/server'
 import { waitFor } from '../support/wait'
 
 let db: TestDatabase
@@ -130,17 +131,28 @@ test('an entry stops being used when its time is up, counted from before its sta
 // A answered that request 422 (SPEC: a key past its retention is a new key, on every instance alike).
 test('a commit answered late does not keep the answer past the key\'s retention on this instance', async () => {
   const env = { IDEMPOTENCY_TTL_SECONDS: '2', IDEMPOTENCY_RETENTION_SECONDS: '2' }
-  const a = await startApp(db, { env, faults: { delayMs: 200 } })
+  const provider = await startGatedProvider()
+  const a = await startApp(db, { env, provider })
   const b = await startApp(db, { env })
   try {
     const key = `late-commit-${crypto.randomUUID()}`
+    provider.hold(1)
     const first = a.handle(paymentRequest(a.url, payment(), { key }))
-    await waitFor(async () => (await db.sql`select 1 from idempotency_keys where key = ${key} and status = 'processing'`).length === 1, 'the claim')
-    // Held while A's provider call runs: A's completing UPDATE waits for it with completed_at already set.
+    await waitFor(() => provider.held() === 1, 'A\'s charge at the gate (its key claimed, its provider call running)')
+    // Locked while A's provider call is held: A's completing UPDATE then waits for it with completed_at already set.
+    let locked = () => undefined as void
+    const lockTaken = new Promise<void>((resolve) => { locked = resolve })
     const held = db.sql.begin(async (tx) => {
       await tx`select 1 from idempotency_keys where key = ${key} for update`
-      await Bun.sleep(700)
+      locked()
+      // The late commit: the lock is let go once A's UPDATE has waited on it for 700 ms (a lock wait, a synchronous standby).
+      await waitFor(async () => (await tx<{ pid: number }[]>`
+        select pid from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock' and pid <> pg_backend_pid()
+          and clock_timestamp() - query_start >= interval '700 ms'`).length > 0, 'A\'s completion to wait 700 ms on the row lock')
     })
+    await lockTaken
+    provider.release()
     expect((await first).status).toBe(201)
     await held
     await waitFor(async () => {
@@ -156,5 +168,6 @@ test('a commit answered late does not keep the answer past the key\'s retention 
   } finally {
     await a.stop()
     await b.stop()
+    await provider.stop()
   }
 })

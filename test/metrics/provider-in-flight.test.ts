@@ -5,18 +5,21 @@
 import { expect, test } from 'bun:test'
 import { createMetrics, providerBuckets, providerCallsInFlight, PROVIDER_BUCKETS } from '../../src/metrics/registry'
 import { providerClient } from '../../src/provider/client'
+import { waitFor } from '../support/wait'
 import { sample } from './factories'
 
 // Catches: a gauge that counts a call only once it ended, or never lets go of one.
 test('a call that hangs is counted in flight, and its age grows, until it is stopped', async () => {
   const metrics = createMetrics()
+  let now = 1_000_000
   const client = providerClient('http://provider.test', {
-    begin: providerCallsInFlight(metrics),
+    begin: providerCallsInFlight(metrics, () => now),
     fetch: ((_url: string, init: RequestInit) => new Promise((_, reject) => init.signal!.addEventListener('abort', () => reject(init.signal!.reason)))) as unknown as typeof fetch,
   })
   const controller = new AbortController()
   const charging = client.charge({ amount: 1, currency: 'EUR', customer: 'c' }, { idempotencyKey: 'k', signal: controller.signal }).catch(() => 'stopped')
-  await Bun.sleep(300)
+  await waitFor(async () => sample(await metrics.registry.metrics(), 'idempotency_provider_calls_in_flight') === 1, 'the call to be in flight')
+  now += 300
   const during = await metrics.registry.metrics()
   expect(sample(during, 'idempotency_provider_calls_in_flight')).toBe(1)
   expect(sample(during, 'idempotency_provider_oldest_call_seconds')).toBeGreaterThanOrEqual(0.25)

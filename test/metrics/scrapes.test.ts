@@ -25,9 +25,10 @@ test('the next scrape is expected one interval after the last, with half an inte
 })
 
 test('a scrape ends the wait at once', async () => {
-  const scrapes = new Scrapes()
+  let now = 0
+  const scrapes = new Scrapes(() => now)
   scrapes.seen()
-  await Bun.sleep(50)
+  now = 5_000 // scraped every 5 s: the next expected at 10 s, waited for until 12.5 s (a real timer of 7.5 s)
   scrapes.seen()
   const waiting = scrapes.next(10_000)
   setTimeout(() => scrapes.seen(), 10)

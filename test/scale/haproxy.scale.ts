@@ -16,6 +16,7 @@ import { createDatabase, type OwnDatabase } from './support/database'
 import { HAProxy } from './support/haproxy'
 import { PostgresServer } from './support/postgres-server'
 import { cleanupAll, missing } from './support/processes'
+import { waitUntil } from '../support/wait'
 import { ms, paidId, percentile, storm, tally, untilPaid, type Answer } from './support/load'
 import { adminClient, checkLedgers, providerWired, report, startInstance, startProvider, type Instance, type Provider } from './support/world'
 
@@ -86,12 +87,7 @@ describe.skipIf(skip !== undefined)('three instances behind HAProxy, one Postgre
     })))
     const chaos = (async () => {
       // Kill once the storm is in flight: keys in processing on every instance.
-      const deadline = Date.now() + 10_000
-      while (Date.now() < deadline) {
-        const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing' and key like ${`ha-many-${run}-%`}`
-        if (row!.n >= 50) break
-        await Bun.sleep(20)
-      }
+      await waitUntil(async () => (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing' and key like ${`ha-many-${run}-%`}`)[0]!.n >= 50, 10_000, 20)
       const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing' and key like ${`ha-many-${run}-%`}`
       await victim.kill()
       killedAt = performance.now()

@@ -5,7 +5,7 @@
  * 1.18 keeps no prepared statement across transactions and refuses startup
  * parameters it does not know (statement_timeout & co.), so the service sends
  * neither, and the session settings come from `ALTER ROLE ... IN DATABASE ...
- * SET` (docs/scaling.md). The first test proves those settings really reach
+ * SET` (docs/how-to/pgbouncer.md). The first test proves those settings really reach
  * the sessions PgBouncer hands out: a statement is cancelled at 5 s.
  *
  * The pool is oversubscribed on purpose: POOL_SIZE server connections for
@@ -31,6 +31,7 @@ import { missingSessionSettings, sessionSettingsSql, STATEMENT_TIMEOUT_MS } from
 import { createDatabase, type OwnDatabase } from './support/database'
 import { PgBouncer } from './support/pgbouncer'
 import { cleanupAll, missing, waitFor } from './support/processes'
+import { waitUntil } from '../support/wait'
 import { ms, oddAnswers, paidId, percentile, post, storm, tally, untilPaid, type Answer } from './support/load'
 import { adminClient, checkLedgers, providerWired, report, startInstance, startProvider, TENANT, type Instance, type Provider } from './support/world'
 
@@ -56,7 +57,7 @@ describe.skipIf(skip !== undefined)('through PgBouncer in transaction mode', () 
   beforeAll(async () => {
     db = await createDatabase('pgb')
     sql = adminClient(db.url)
-    // The operator's one-time step (docs/scaling.md), for the role the service logs in as.
+    // The operator's one-time step (docs/how-to/pgbouncer.md), for the role the service logs in as.
     await sql.unsafe(sessionSettingsSql(db.user, db.name))
     bouncer = await PgBouncer.start({ host: db.host, port: db.port, database: db.name, poolSize: POOL_SIZE })
     ;[slowProvider, fastProvider] = await Promise.all([startProvider(SLOW_PROVIDER_MS), startProvider(CHAOS_PROVIDER_MS)])
@@ -95,7 +96,7 @@ describe.skipIf(skip !== undefined)('through PgBouncer in transaction mode', () 
     expect(service.output()).not.toContain('not in force')
     expect(service.output()).not.toContain('could not check the session settings')
     // The start-up migration's session advisory lock, taken through PgBouncer:
-    // printed, for docs/scaling.md's advice to migrate directly.
+    // printed, for docs/how-to/pgbouncer.md's advice to migrate directly.
     const [{ locks }] = await sql<{ locks: number }[]>`
       select count(*)::int as locks from pg_locks l join pg_database d on d.oid = l.database
        where l.locktype = 'advisory' and d.datname = ${db.name}` as unknown as [{ locks: number }]
@@ -116,8 +117,7 @@ describe.skipIf(skip !== undefined)('through PgBouncer in transaction mode', () 
           return []
         }
       })[0]
-      const deadline = Date.now() + 10_000
-      while (warning() === undefined && Date.now() < deadline) await Bun.sleep(50)
+      await waitUntil(() => warning() !== undefined, 10_000, 50)
       expect(warning()).toContain('statement_timeout = 0 (want 5000)')
       expect(warning()).toContain(`alter role "${other.user}" in database "${other.name}" set statement_timeout = 5000;`)
       await instance.kill()
@@ -219,12 +219,7 @@ describe.skipIf(skip !== undefined)('through PgBouncer in transaction mode', () 
     const chaos = (async () => {
       for (let kill = 0; kill < 4; kill++) {
         await Bun.sleep(400 + Math.random() * 300)
-        const deadline = Date.now() + 5_000
-        while (Date.now() < deadline) {
-          const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`
-          if (row!.n > 0) break
-          await Bun.sleep(10)
-        }
+        await waitUntil(async () => (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`)[0]!.n > 0, 5_000)
         await current.kill()
         const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`
         stranded += row!.n

@@ -17,6 +17,7 @@ import { dirname, join } from 'node:path'
 import postgres from 'postgres'
 import { startEmbedded, SYSTEM_DATA_ROOTS } from '../../src/store/embedded'
 import { freePort } from '../chaos/clients'
+import { waitFor } from '../support/wait'
 import { alive, startDetached, type GroupProcess } from './spawn'
 
 const REPO = join(import.meta.dir, '..', '..')
@@ -32,7 +33,7 @@ afterAll(async () => {
   for (const s of services) if (s.proc.exitCode === null) try { process.kill(-s.proc.pid, 'SIGKILL') } catch { /* gone */ }
   const pid = dataDir ? postmasterPid(dataDir) : undefined
   if (pid && alive(pid)) process.kill(pid, 'SIGQUIT')
-  while (pid && alive(pid)) await Bun.sleep(20)
+  if (pid) await waitFor(() => !alive(pid), `PostgreSQL (pid ${pid}) to exit`, 30_000)
   rmSync(checkout, { recursive: true, force: true })
   if (dataDir && SYSTEM_DATA_ROOTS.some((r) => dataDir!.startsWith(`${r}/`))) rmSync(dirname(dataDir), { recursive: true, force: true })
 })
@@ -97,7 +98,7 @@ test('a 0700 checkout with spaces in its path: the embedded PostgreSQL starts, a
   process.kill(-service.proc.pid, 'SIGKILL')
   await service.proc.exited
   process.kill(postmaster, 'SIGKILL')
-  while (alive(postmaster)) await Bun.sleep(20)
+  await waitFor(() => !alive(postmaster), `the SIGKILLed PostgreSQL (pid ${postmaster}) to be gone`, 30_000)
   expect(postmasterPid(dataDir)).toBe(postmaster) // the stale lock file
 
   // 4. The next start clears the stale lock, PostgreSQL recovers from its WAL; a SIGTERM stops it all, exit 0.

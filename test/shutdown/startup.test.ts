@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { freePort } from '../chaos/clients'
 import { createTestDatabase, type TestDatabase } from '../support/db'
+import { waitFor } from '../support/wait'
 import { alive, catches, groupMembers, spawnDetached, waitWhileStarting, type StartingProcess } from './spawn'
 
 const started: StartingProcess[] = []
@@ -102,7 +103,7 @@ describe('with the embedded PostgreSQL', () => {
   afterAll(async () => {
     const pid = postmasterPid()
     if (pid && alive(pid)) process.kill(pid, 'SIGQUIT')
-    while (pid && alive(pid)) await Bun.sleep(20)
+    if (pid) await waitFor(() => !alive(pid), `PostgreSQL (pid ${pid}) to exit`, 30_000)
     if (temp) rmSync(temp, { recursive: true, force: true })
   })
   function postmasterPid(): number | undefined {

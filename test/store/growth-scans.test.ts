@@ -11,6 +11,7 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
+import { waitFor } from '../support/wait'
 
 const PAYMENTS = 100_000
 const CONCURRENCY = 48
@@ -63,8 +64,12 @@ test(`${PAYMENTS.toLocaleString('en')} fresh payments from an empty database: no
     }
   }))
   const seconds = (performance.now() - started) / 1000
-  // Let every backend flush its counters (PostgreSQL 15+: at most a second late; older: the collector).
-  await Bun.sleep(1_500)
+  // Every backend that served the load flushes its counters as it exits (PostgreSQL 15+; older: its last
+  // message to the collector): close the pools and wait until none of their backends is left.
+  await app.stop()
+  await db.pools.close(1)
+  await waitFor(async () => (await db.sql`
+    select 1 from pg_stat_activity where application_name like ${`test:growth_scans%`}`).length === 0, 'the pools\' backends to exit')
   const after = await scans()
   const delta = (table: string, field: 'seq_scan' | 'idx_scan') => after.get(table)![field] - before.get(table)![field]
   console.log(`${PAYMENTS} payments in ${seconds.toFixed(1)} s (${Math.round(PAYMENTS / seconds)}/s), ${vacuums} vacuums; ` +

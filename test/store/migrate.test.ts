@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import { ENGINE_MIGRATIONS, migrate, MIGRATION_LOCK_ID, migrateService, migrationsOf, SERVICE_MIGRATIONS, type MigrationLine } from '../../src/store/migrate'
+import { track, waitFor } from '../support/wait'
 import { migrate as legacyMigrate, MIGRATIONS_DIR as LEGACY_DIR } from './legacy/migrate'
 
 const base = process.env.DATABASE_URL! // test/support/setup.ts starts an embedded PostgreSQL when unset
@@ -102,11 +103,16 @@ test('a migrator waits for another one however long its run takes', async () => 
   const holder = await sql.reserve()
   try {
     await holder`select pg_advisory_lock(${MIGRATION_LOCK_ID})`
-    const migrating = migrateService(url)
-    const waited = await Promise.race([migrating.then(() => 'finished', (error: unknown) => `failed: ${String(error)}`), Bun.sleep(1_500).then(() => 'waiting')])
-    expect(waited).toBe('waiting')
+    const migrating = track(migrateService(url))
+    // Until its lock statement has waited three times the steps' lock_timeout (0.5 s), as the database
+    // itself tells, or the migrator gave up (then the expectation below says how).
+    await waitFor(async () => migrating.settled() || (await holder`
+      select 1 from pg_stat_activity
+      where datname = current_database() and wait_event_type = 'Lock' and wait_event = 'advisory'
+        and clock_timestamp() - query_start >= interval '1.5 seconds'`).length > 0, 'the migrator to wait 1.5 s for the advisory lock')
+    expect(migrating.settled() ? await migrating.promise.then(() => 'finished', (error: unknown) => `failed: ${String(error)}`) : 'waiting').toBe('waiting')
     await holder`select pg_advisory_unlock(${MIGRATION_LOCK_ID})`
-    expect((await migrating).applied).toBe(migrationsOf(ENGINE_MIGRATIONS).length + migrationsOf(SERVICE_MIGRATIONS).length)
+    expect((await migrating.promise).applied).toBe(migrationsOf(ENGINE_MIGRATIONS).length + migrationsOf(SERVICE_MIGRATIONS).length)
   } finally {
     holder.release()
   }

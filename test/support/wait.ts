@@ -17,6 +17,32 @@ export async function waitFor(condition: () => boolean | Promise<boolean>, what:
   }
 }
 
+/**
+ * waitFor's form for a caller that goes on either way (escalates a signal,
+ * reports a measure): polls `condition` until it holds (true) or the
+ * deadline passes (false). Still a wait for an event, with a deadline.
+ */
+export async function waitUntil(condition: () => boolean | Promise<boolean>, timeoutMs: number, everyMs = POLL_MS): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    if (await condition()) return true
+    if (Date.now() >= deadline) return false
+    await Bun.sleep(everyMs)
+  }
+}
+
+/** `promise`'s value, or `timedOut` when it has not settled within `timeoutMs` (it goes on; a late rejection is dropped). */
+export async function within<T, U>(promise: Promise<T>, timeoutMs: number, timedOut: U): Promise<T | U> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const late = new Promise<U>((resolve) => { timer = setTimeout(() => resolve(timedOut), timeoutMs) })
+  promise.catch(() => undefined)
+  try {
+    return await Promise.race([promise, late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** How many of `keys` (of `tenant`) are in `status`. */
 export async function keysIn(sql: postgres.Sql, status: 'processing' | 'done' | 'released', keys: readonly string[], tenant = 'acme'): Promise<number> {
   const [row] = await sql<{ n: number }[]>`
@@ -33,6 +59,17 @@ export async function keysIn(sql: postgres.Sql, status: 'processing' | 'done' | 
 export async function waitForClaims(sql: postgres.Sql, keys: readonly string[], tenant = 'acme', timeoutMs?: number): Promise<void> {
   await waitFor(async () => await keysIn(sql, 'processing', keys, tenant) === keys.length,
     `${keys.length === 1 ? `key ${keys[0]}` : `${keys.length} keys`} of ${tenant} to be claimed (in processing)`, timeoutMs)
+}
+
+/**
+ * One turn of the event loop: resolves after every microtask queued now has
+ * run and the runtime has reported the rejections left without a handler
+ * (Bun reports them when the microtask queue drains, before the next task).
+ * Not a wait for time: a test asserting that nothing was left unhandled
+ * needs this turn, and no more.
+ */
+export function nextTurn(): Promise<void> {
+  return new Promise<void>((resolve) => setImmediate(resolve))
 }
 
 /** A promise's state without waiting for it: `settled()` is true once it resolved or rejected. */

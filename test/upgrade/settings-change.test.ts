@@ -1,7 +1,7 @@
 /**
  * A change of IDEMPOTENCY_RETENTION_SECONDS rolling through the instances:
  * for a while two instances on one database run with different retentions.
- * Decided (docs/operators.md, "Changing the TTL or the retention"): a key is
+ * Decided (docs/how-to/upgrade.md, "Changing the TTL or the retention"): a key is
  * protected for the shorter one. The instance with the shorter retention
  * answers a retry past it as a new request (SPEC: past its retention a key is
  * new), while the one with the longer retention still replays the answer it
@@ -13,6 +13,7 @@ import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
 import { spawnProvider, type ProviderProcess } from '../support/provider-process'
 import { startService, type ServiceProcess } from '../support/service-process'
+import { waitFor } from '../support/wait'
 
 let db: TestDatabase
 let provider: ProviderProcess
@@ -43,7 +44,9 @@ test('the instance started with another retention says so; the shorter retention
   const first = await postPayment(long.url, body, { key })
   expect(first.status).toBe(201)
   const paid = (await first.json() as { id: string }).id
-  await Bun.sleep(2_300)
+  await waitFor(async () => (await db.sql`
+    select 1 from idempotency_keys where key = ${key} and clock_timestamp() > completed_at + interval '2.3 seconds'`).length === 1,
+  'the key past the short retention (2 s) by the database\'s clock', 10_000)
   // Past the short retention: the long instance replays its answer; the short one takes the key as new.
   const onLong = await postPayment(long.url, body, { key })
   expect({ status: onLong.status, replayed: onLong.headers.get('idempotent-replayed'), id: (await onLong.json() as { id: string }).id })

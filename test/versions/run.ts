@@ -19,6 +19,7 @@
 import { Glob } from 'bun'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { waitUntil, within } from '../support/wait'
 import { MAJORS, majorOf, startCluster, sweepStale, TESTS_PID_FILE, type Cluster } from './clusters'
 
 /**
@@ -114,12 +115,8 @@ function onSignal(signal: NodeJS.Signals) {
  * connections to a cluster about to be removed).
  */
 async function endGroup(pgid: number, signal: NodeJS.Signals): Promise<void> {
-  const deadline = Date.now() + 10_000
   try { process.kill(-pgid, signal) } catch { return } // nobody left in it
-  while (Date.now() < deadline) {
-    try { process.kill(-pgid, 0) } catch { return }
-    await Bun.sleep(100)
-  }
+  if (await waitUntil(() => !groupAlive(pgid), 10_000, 100)) return
   try { process.kill(-pgid, 'SIGKILL') } catch { /* gone meanwhile */ }
 }
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => onSignal(signal))
@@ -168,7 +165,7 @@ async function runTests(files: string[], cluster: Cluster): Promise<{ code: numb
     await endGroup(tests.pid, 'SIGTERM')
   }
   current.tests = undefined
-  await Promise.race([relayed, Bun.sleep(5_000)]) // the last output; a leftover holding the pipe must not hang the run
+  await within(relayed, 5_000, undefined) // the last output; a leftover holding the pipe must not hang the run
   return { code: tests.exitCode ?? 1, pass, fail }
 }
 

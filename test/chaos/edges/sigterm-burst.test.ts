@@ -34,7 +34,7 @@ import { payment, type PaymentBody } from '../../support/http'
 import { spawnProvider, type ProviderProcess } from '../../support/provider-process'
 import { startService, type ServiceProcess } from '../../support/service-process'
 import { hold, installHolds } from '../../support/statement-holds'
-import { keysIn, waitFor } from '../../support/wait'
+import { keysIn, waitFor, within } from '../../support/wait'
 import { chargedOnce, exactlyOnce, payUntilAnswered, paymentsByKey, type Attempt } from '../clients'
 
 const BURST = 30
@@ -114,7 +114,7 @@ for (const { target, group, when } of CASES) {
       await claims.release()
     }
     const answers = await Promise.all(sends)
-    const code = await Promise.race([service.proc.exited, Bun.sleep(EXIT_TIMEOUT_MS).then(() => 'still running' as const)])
+    const code = await within(service.proc.exited, EXIT_TIMEOUT_MS, 'still running' as const)
     const processing = await keysIn(db.sql, 'processing', keys)
     const drainLine = /"?[^\n]*draining[^\n]*/.exec(service.output())?.[0] ?? '(no drain line)'
     console.log(`[edges] SIGTERM to ${target} ${signalMs} ms after the burst (${when.kind}): answers ${JSON.stringify(tallyAnswers(answers))}; exit ${code}; ` +
