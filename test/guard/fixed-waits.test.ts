@@ -32,7 +32,6 @@ const ALLOWED: Record<string, { count: number; why: string }> = {
   'test/shutdown/drain-metrics.test.ts': { count: 1, why: 'a regular scraper\'s interval: the drain tunes its wait to it' },
   'test/shutdown/simulator-restart.test.ts': { count: 1, why: 'the operator\'s 0.6 s before restarting: the scenario' },
   'test/store/database-contract.test.ts': { count: 1, why: 'a retrying client\'s pause between 409s in a retry storm: the load\'s shape' },
-  'test/store/embedded-umask.test.ts': { count: 1, why: 'a postmaster exit poll without a deadline (should be waitFor): a file of the embedded-PostgreSQL work in progress, left to its owner' },
   'test/upgrade/rolling.test.ts': { count: 1, why: 'a retrying client\'s pause between attempts: the load\'s shape' },
   'test/scale/failover.scale.ts': { count: 1, why: 'the subject: a commit still waiting for its synchronous standby 3 s in, past statement_timeout' },
   'test/scale/patroni.scale.ts': { count: 2, why: 'a recovery watcher\'s resolution, and the pace of requests during a stall' },

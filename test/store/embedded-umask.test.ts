@@ -22,6 +22,7 @@ import { COPY_MARKER } from '../../src/store/embedded-binaries'
 import { SYSTEM_DATA_ROOTS } from '../../src/store/embedded'
 import { freePort } from '../chaos/clients'
 import { payment, postPayment } from '../support/http'
+import { waitFor } from '../support/wait'
 import { alive, startDetached, type GroupProcess } from '../shutdown/spawn'
 
 const REPO = join(import.meta.dir, '..', '..')
@@ -62,7 +63,7 @@ afterAll(async () => {
   for (const s of services) if (s.proc.exitCode === null) try { process.kill(-s.proc.pid, 'SIGKILL') } catch { /* gone */ }
   const pid = dataDir ? postmasterPid(dataDir) : undefined
   if (pid && alive(pid)) process.kill(pid, 'SIGQUIT')
-  while (pid && alive(pid)) await Bun.sleep(20)
+  if (pid) await waitFor(() => !alive(pid), `the embedded postmaster ${pid} to exit after SIGQUIT`, 20_000)
   rmSync(checkout, { recursive: true, force: true })
   rmSync(temp, { recursive: true, force: true })
   // Where the data of this checkout went (embedded.ts: a hash of the wanted path).
