@@ -41,22 +41,28 @@ async function keyStatus(key: string): Promise<string | undefined> {
 const emoji = (count: number) => '\u{1F600}'.repeat(count)
 
 describe('a lock not obtained in time', () => {
-  test('a payment INSERT that hits lock_timeout: 503 problem+json with Retry-After, not 409; the key is released, and a retry completes with the same charge', async () => {
+  // A completion that meets a lock is sent again while its deadline leaves time (invariant 15): a short TTL
+  // makes that deadline come in a few seconds, so the lock below outlives it.
+  let shortTtl: InProcessService
+  beforeAll(async () => { shortTtl = await startApp(db, { provider, env: { IDEMPOTENCY_TTL_SECONDS: '3' } }) })
+  afterAll(async () => { await shortTtl?.stop() })
+
+  test('a payment INSERT whose lock outlives the request\'s deadline: 503 problem+json with Retry-After, not 409; the key is released, and a retry completes with the same charge', async () => {
     const key = `lock-timeout-${crypto.randomUUID()}`
     const body = payment({ customer: `cus_${key}` })
-    // A DBA's (or a migration's) lock on payments, held past the service's 1 s lock_timeout.
+    // A DBA's (or a migration's) lock on payments, held past the service's 1 s lock_timeout and the request's deadline.
     const locker = await db.sql.reserve()
     let response: Response
     try {
       await locker`begin`
       await locker`lock table payments in access exclusive mode`
-      const answer = track(postPayment(body, { key }))
+      const answer = track(shortTtl.handle(paymentRequest(shortTtl.url, body, { key })))
       await waitFor(async () => (await db.sql`
         select 1 from pg_stat_activity
          where datname = current_database() and wait_event_type = 'Lock' and query ~* 'insert into payments|done as [(][[:space:]]*update idempotency_keys'`).length === 1 || answer.settled(),
       'the completion\'s INSERT to wait on the lock')
       expect(answer.settled()).toBe(false)
-      response = await answer.promise // the lock is still held: the service gave up waiting (55P03)
+      response = await answer.promise // the lock is still held: the service gave up waiting (55P03) at the deadline
     } finally {
       await locker`rollback`
       locker.release()
