@@ -83,3 +83,50 @@ export function isUnavailable(error: unknown): boolean {
   const code = sqlState(error)
   return (code !== undefined && UNAVAILABLE.has(code)) || error instanceof DatabaseUnavailableError
 }
+
+/**
+ * A statement of the engine failed for a reason other than the database
+ * being away (a lock not obtained in time, a statement cancelled, a
+ * constraint): the driver's error is its `cause`, and its SQLSTATE is kept as
+ * `sqlState` (its own `code` is the engine's, so nothing mistakes it for the
+ * driver's). With DatabaseUnavailableError it is what the engine's statements
+ * raise where the plugin calls them (engineError), so a failure is answered
+ * by where it happened, not by what its code looks like.
+ */
+export class DatabaseStatementError extends IdempotencyError {
+  readonly sqlState: string | undefined
+  constructor(cause: unknown) {
+    super('DATABASE_STATEMENT_FAILED', 500, `a statement of the engine failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause })
+    this.name = 'DatabaseStatementError'
+    this.sqlState = sqlState(cause)
+  }
+}
+
+/**
+ * An error of the engine's statements as the engine's own type: the
+ * database being away as DatabaseUnavailableError, any other as
+ * DatabaseStatementError, each with the driver's error as its `cause`; one
+ * of the engine's own (a lost lease, a timeout already wrapped) as it is.
+ */
+export function engineError(error: unknown): IdempotencyError {
+  if (error instanceof IdempotencyError) return error
+  if (isUnavailable(error)) return new DatabaseUnavailableError(error)
+  return new DatabaseStatementError(error)
+}
+
+/** Errors raised by a statement sent through a handle of the engine's: the transaction it hands a route's recording step. */
+const RAISED_BY_ENGINE = new WeakSet<object>()
+
+/** Notes that a statement of the engine's handle raised `error` (transaction-guard.ts), and returns it unchanged. */
+export function raisedByEngine<E>(error: E): E {
+  if (typeof error === 'object' && error !== null) RAISED_BY_ENGINE.add(error)
+  return error
+}
+
+/**
+ * Whether `error` came from a statement sent through the engine's handle,
+ * even when the route's code let it through: the route's failure it is not.
+ */
+export function isRaisedByEngine(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && RAISED_BY_ENGINE.has(error)
+}

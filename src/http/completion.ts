@@ -9,7 +9,7 @@ import { completionState } from '../core/completion-state'
 import { LeaseLostError, isLockFailure, isUnavailable } from '../core/errors'
 import { recovering, type Recovery } from '../core/recovery'
 import type { Lease, StoredResponse } from '../core/types'
-import { FailedResult } from './failure'
+import { FailedResult, routeStep } from './failure'
 import { PROBLEM_CONTENT_TYPE } from './problem'
 import { problemInstance } from './request-id'
 import type { HandlerResult, IdempotencyPools, IdempotentRoute } from './route'
@@ -63,7 +63,7 @@ export function completer<Body, Result>(route: IdempotentRoute<Body, Result>, po
     const at = now?.()
     const context = { body, tenant: lease.tenant, key: lease.key, result }
     if (route.recordRows) {
-      const answer = await route.recordRows(context)
+      const answer = await routeStep('recordRows', () => route.recordRows!(context))
       const response = toStored(answer, requestId)
       if (answer.status >= 500) throw new FailedResult(response)
       sending()
@@ -71,7 +71,8 @@ export function completer<Body, Result>(route: IdempotentRoute<Body, Result>, po
     }
     sending()
     return complete(pools.work, lease, async (tx) => {
-      const answer = await route.record!({ ...context, tx })
+      // What the route's code throws is its failure; an error of a statement through `tx` stays the engine's (transaction-guard.ts).
+      const answer = await routeStep('record', () => route.record!({ ...context, tx }))
       const response = toStored(answer, requestId)
       if (answer.status >= 500) throw new FailedResult(response)
       return response

@@ -14,12 +14,12 @@ import { RunningKeys } from './running-keys'
 import { BusyKeys } from './busy-keys'
 import { DEFAULT_MAX_BODY_BYTES, parseJsonText, readJsonText } from './body'
 import { completer } from './completion'
-import { failureResponse, releaseReasonOf, reportFailure, type KeyState } from './failure'
+import { failureResponse, fromEngine, releaseReasonOf, reportFailure, routeStep, type KeyState } from './failure'
 import { recoverLostClaim } from './lost-claim'
 import { notify, type Outcome } from './outcomes'
 import { parseIdempotencyKey } from './idempotency-key'
 import { detail, idempotentOperation } from './operation'
-import { PLUGIN_PROBLEMS, problem, problemResponse, type Problem, type ProblemCatalogue } from './problem'
+import { PLUGIN_PROBLEMS, problem, problemResponse, type Problem } from './problem'
 import type { ClaimTicket } from './in-flight'
 import { requestIdOf, requestLogger, stampedByPlugin } from './request-id'
 import type { IdempotencyOptions, IdempotentRoute, RequestSummary } from './route'
@@ -72,7 +72,9 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   const validate = route.validate ?? schemaValidator(route.body)
   const completeRecovering = completer(route, pools, options.now)
   if (!route.record === !route.recordRows) throw new TypeError(`idempotentPost ${route.path}: give the route exactly one of record and recordRows`)
-  const catalogue: ProblemCatalogue<string> = route.problems ? PLUGIN_PROBLEMS.with(route.problems) : PLUGIN_PROBLEMS
+  // Merged once at start, so a route's code that means something else than the plugin's is refused here; a
+  // failure of the route is answered from the route's own codes (failure.ts).
+  if (route.problems) PLUGIN_PROBLEMS.with(route.problems)
   const event = { route: route.path }
   const cache = options.now ? undefined : new ReplayCache(options.replayCacheEntries ?? DEFAULT_REPLAY_CACHE_ENTRIES)
   // Keys this process runs now: their retries here are answered without a claim statement.
@@ -180,7 +182,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       ticket?.end()
       recoverLostClaim(pools.short, { tenant, key, lease: leaseId }, claiming, () => notify('onRelease', hooks.onRelease, { ...event, reason: 'lost_claim' }))
       // Past the deadline, whichever timer fired first (ours, or the queue's abort), the database did not answer in time.
-      return failure(claimDeadline.aborted && !isUnavailable(error) ? new DatabaseUnavailableError(error) : error, started, 'lost-claim', about)
+      return failure(fromEngine(claimDeadline.aborted && !isUnavailable(error) ? new DatabaseUnavailableError(error) : error), started, 'lost-claim', about)
     }
     switch (claimed.kind) {
       case 'replay':
@@ -213,8 +215,8 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
     // The first attempt's: a later one may find that this one committed (recovery.ts).
     let completionSentAt: number | undefined
     try {
-      // The external phase: no connection held, no transaction open.
-      const result = await untilAborted(route.act({
+      // The external phase: no connection held, no transaction open. What it throws is the route's failure, never the engine's.
+      const result = await untilAborted(routeStep('act', () => route.act({
         body,
         tenant: lease.tenant,
         key: lease.key,
@@ -222,7 +224,7 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
         signal: deadline.signal,
         idempotencyKey: downstreamKey(lease),
         attempt: lease.attempts,
-      }), deadline.signal)
+      })), deadline.signal)
       // The completing phase: one statement (or one short transaction), fenced by the lease.
       const stored = await completeRecovering({
         lease, body, result, requestId: requestIdOf(request), recovery: recoveryUntil(claimSentAt + budgetMs),
@@ -235,7 +237,9 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
       cache?.set(lease.tenant, lease.key, seen, stored, retentionSeconds, completionSentAt!)
       count(outcome, started)
       return new Response(stored.body, { status: stored.status, headers: stored.headers })
-    } catch (error) {
+    } catch (caught) {
+      // The act's failure is the route's (routeStep); anything else here failed in the engine's phase: as the engine's error.
+      const error = fromEngine(caught)
       if (error instanceof LeaseLostError) {
         notify('onLeaseLost', hooks.onLeaseLost, event)
         count('lease_lost', started)
@@ -277,8 +281,8 @@ export function idempotentPost<Body, Result>(options: IdempotencyOptions, route:
   /** The answer and the line of a request that failed after its checks (http/failure.ts). */
   function failure(error: unknown, started: number, key: KeyState, about: About, lease?: Lease): Response {
     count('failed', started)
-    reportFailure(logOf(about), error, key, lease)
-    return failureResponse(error, key, catalogue, ttlSeconds)
+    reportFailure(logOf(about), error, key, lease, route.problems)
+    return failureResponse(error, key, route.problems, ttlSeconds)
   }
 
   /** The request's logger: its id, tenant, route and key on every line. */

@@ -19,7 +19,7 @@ export type Database = postgres.Sql<Record<string, never>>
 /**
  * Two handles on one database (they may be the same one). Kept apart in the
  * service so a burst of completions never starves claims and 409s of
- * connections (No blocked connections, docs/invariants.md); engine's `openPools` makes both, with the session
+ * connections (No blocked connections, docs/explanation/invariants.md); engine's `openPools` makes both, with the session
  * settings that bound every statement and transaction (Bounded processing).
  */
 export interface IdempotencyPools {
@@ -133,15 +133,20 @@ export interface IdempotentRoute<Body, Result> {
   readonly docs?: RouteDocs
   /**
    * The route's own problem codes (`defineProblems`): an error thrown by `act`
-   * whose `code` is one of them (an IdempotencyError's `PROVIDER_FAILED` is
-   * `provider-failed`) is answered with it. A `ProblemError` is answered with
-   * its problem whatever its catalogue. @default the plugin's codes only
+   * (or the recording step) whose `code` is one of them (an IdempotencyError's
+   * `PROVIDER_FAILED` is `provider-failed`) is answered with it. A
+   * `ProblemError` is answered with its problem whatever its catalogue; any
+   * other error of the route's code is `internal` (500). @default none
    */
   readonly problems?: ProblemCatalogue<string>
   /**
    * The external step: foreign calls (a payment provider), with no database
    * connection held and no transaction open. Pass `signal` and
    * `idempotencyKey` on. Throwing fails the request (5xx) and releases the key.
+   * What it throws is the route's failure, whatever its code: a refused or
+   * reset connection to the route's own backend, or an error of the app's own
+   * database pool, is answered 500 (or as above), never the engine's
+   * `database-unavailable`, and logged as "the route's act failed: ...".
    */
   readonly act: (context: ActContext<Body>) => Promise<Result>
   /**
@@ -157,7 +162,10 @@ export interface IdempotentRoute<Body, Result> {
    * business writes through `tx`, in the transaction that completes the key,
    * and the answer to store; for writes that need one (reads, updates,
    * several dependent statements). A status of 500 or more is not stored:
-   * the writes roll back and the key is released.
+   * the writes roll back and the key is released. An error of a statement
+   * sent through `tx` is the engine's (a lost connection is sent again, a
+   * lock not obtained in time answers 503), even when thrown on by this
+   * code; any other error it throws is the route's failure, as for `act`.
    */
   readonly record?: (context: RecordContext<Body, Result>) => Promise<HandlerResult>
   /**
