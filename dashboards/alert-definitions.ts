@@ -1,7 +1,7 @@
 /**
  * The alerts, written once and rendered both as Grafana rules and as
  * Prometheus rules (alerts.ts), with their timing defaults and the links every
- * alert carries: its runbook section in docs/operators.md and the admin page.
+ * alert carries: its runbook section in docs/how-to/on-call.md and the admin page.
  */
 import { DEFAULT_METRICS_CACHE_MS, DEFAULT_TTL_SECONDS } from '../src/config'
 import { executionBudgetMs } from '../src/core/policy'
@@ -16,13 +16,13 @@ import { runbookUrl, type BuildSettings } from './settings'
  * cheap instant queries.
  */
 export const EVALUATION_INTERVAL_SECONDS = 30
-/** What the detection time assumes of your scrape config: the 15 s of the example in docs/observability.md. */
+/** What the detection time assumes of your scrape config: the 15 s of the example in docs/how-to/monitoring.md. */
 export const ASSUMED_SCRAPE_INTERVAL_SECONDS = 15
 /** Alertmanager's and Grafana's default `group_wait`: the wait between firing and the first notification. */
 export const ASSUMED_GROUP_WAIT_SECONDS = 30
 /**
  * 30 s, two evaluations in a row: a stale key is already past the TTL (its
- * worker is over its deadline, which Bounded processing (docs/invariants.md) bounds to the TTL plus a few
+ * worker is over its deadline, which Bounded processing (docs/explanation/invariants.md) bounds to the TTL plus a few
  * seconds), so `for` only has to ride out that grace and a retry that
  * reclaims the key in the meantime, not to prove the worker dead.
  */
@@ -230,7 +230,7 @@ export interface Dialect {
 
 export interface AlertDefinition {
   readonly uid: string
-  /** Also the heading of its runbook section in docs/operators.md. */
+  /** Also the heading of its runbook section in docs/how-to/on-call.md. */
   readonly name: string
   /** The measured expression, without the comparison. */
   readonly expr: string
@@ -281,7 +281,7 @@ export function comparison(expr: string, threshold: number, perSeries?: AlertDef
   return perSeries ? `${left} > on (${perSeries.on.join(', ')}) ${perSeries.expr}` : `${left} > ${threshold}`
 }
 
-/** The runbook anchor in docs/operators.md: GitHub's slug of the section heading, which is the alert's name. */
+/** The runbook anchor in docs/how-to/on-call.md: GitHub's slug of the section heading, which is the alert's name. */
 export function runbookAnchor(alertName: string): string {
   return alertName.toLowerCase()
 }

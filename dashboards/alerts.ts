@@ -9,7 +9,7 @@ import { DEFAULT_SETTINGS, type BuildSettings } from './settings'
 
 /**
  * The Prometheus datasource UID the Grafana rules query. Provision your
- * Prometheus datasource with this uid (docs/observability.md), or change it
+ * Prometheus datasource with this uid (docs/how-to/monitoring.md), or change it
  * here and run `npm run dashboards`.
  */
 export const PROMETHEUS_UID = 'prometheus'

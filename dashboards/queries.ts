@@ -16,7 +16,7 @@ const PAYMENTS = 'route="/api/payments"'
 
 /**
  * The `job` label of the scrape job that scrapes the service, as in the
- * example config in docs/observability.md. The target-down alert matches it
+ * example config in docs/how-to/monitoring.md. The target-down alert matches it
  * exactly: `up` exists for every target Prometheus scrapes, and an alert on
  * all of them would page this service's owner for other teams' targets.
  * Name your scrape job so, or change this and run `npm run dashboards`.
@@ -26,7 +26,7 @@ export const SCRAPE_JOB = 'idempotent-post'
 /**
  * Outcomes answered 2xx (201 created, or the first answer replayed) and the
  * one answered 409 because the key is still processing (the metrics
- * contract, docs/observability.md). The ratio uses idempotency_requests_total, whose every outcome
+ * contract, docs/reference/metrics.md). The ratio uses idempotency_requests_total, whose every outcome
  * exists at 0 from the start (primeRoute): increase() sees the first 409s
  * after a deploy, which a status series created by its first 409 would lose.
  * `lease_lost` (also a 409) is left out: it is a fenced worker, not a retry

@@ -4,7 +4,7 @@
  * (ADMIN_URL, or `--admin-url`), validated once, frozen; a bad value stops the
  * build naming it. The committed files are built with the default
  * (test/dashboards/generated.test.ts checks them); build your copies with
- * your URL into another folder (docs/observability.md).
+ * your URL into another folder (docs/how-to/monitoring.md).
  */
 import { DEFAULT_HOST, DEFAULT_PORT } from '../src/config'
 import { SCRAPE_JOB } from './queries'

@@ -1,7 +1,7 @@
 /**
  * Every problem code the service answers with: the plugin's generic ones,
  * the payments API's, the admin's, and the service's own (health and
- * metrics). The README's table lists exactly these, in this order
+ * metrics). The table of docs/reference/http-api.md lists exactly these, in this order
  * (test/http/problem.test.ts), and merging refuses a code two of them define
  * differently.
  */

@@ -1,5 +1,5 @@
 /**
- * The figures behind docs/scaling.md's capacity model, measured on one
+ * The figures behind docs/explanation/scaling.md's capacity model, measured on one
  * instance and a private PostgreSQL (initdb: its CPU is ours alone):
  *
  * - fresh payments, replays and 409s: requests per CPU second of the service

@@ -1,5 +1,5 @@
 /**
- * `npm run bench:scale`: the figures of docs/scaling.md that no test guards
+ * `npm run bench:scale`: the figures of docs/explanation/scaling.md that no test guards
  * (the scale suite, `npm run test:scale`, asserts properties; this measures).
  * One run, printed as Markdown. Sections can be chosen by name:
  * `npm run bench:scale -- capacity haproxy relay patroni` (all by default).

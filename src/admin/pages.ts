@@ -130,7 +130,7 @@ export function adminPages(deps: AdminDeps) {
       return redirect(next, { 'set-cookie': sessionCookie(token, secure) })
     }, { body: SignInForm })
     // The alert runbooks: public by design, and answered without the database. They are the "Alert
-    // runbooks" section of docs/operators.md, which ships with the product and holds no data, and the
+    // runbooks" section of docs/how-to/on-call.md, which ships with the product and holds no data, and the
     // moment they are needed most is when the database (where sessions live) is away: two alerts
     // fired at once used to open on a 503 (server.ts lets these through its database gate).
     .get('/runbooks', ({ html, set }) => {

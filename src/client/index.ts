@@ -1,6 +1,6 @@
 /**
  * The client helper: `import { idempotentFetch } from 'idempotent-post/client'`.
- * See docs/client.md.
+ * See docs/reference/client.md.
  */
 export { idempotentFetch, isRetryableStatus, DEFAULTS, type IdempotentFetchOptions, type RetryEvent, type FetchLike } from './idempotent-fetch'
 export { RetriesExhaustedError, type GiveUpReason } from './errors'

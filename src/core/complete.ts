@@ -25,7 +25,7 @@ export interface CompleteOptions extends Clock {
 /**
  * The completing phase: one short transaction that writes the business rows
  * and completes the key, so a stored answer exists only if they committed
- * (No false success, docs/invariants.md), and they commit only if the lease still holds (Fencing).
+ * (No false success, docs/explanation/invariants.md), and they commit only if the lease still holds (Fencing).
  *
  * Statements, on one connection of the work pool (postgres.js `begin`):
  *   BEGIN; the recording step's writes (e.g. INSERT payment);

@@ -9,7 +9,7 @@
  * the admin in admin/problems.ts, examples/orders its "out of stock"),
  * merged with `.with()` where one app answers with several. A code defined
  * twice with different entries is refused when merged, so one code never
- * means two things in one app. The README lists the service's codes (a test
+ * means two things in one app. docs/reference/http-api.md lists the service's codes (a test
  * keeps the list in step with SERVICE_PROBLEMS, src/problems.ts).
  */
 import { Type, type TSchema } from '@sinclair/typebox'

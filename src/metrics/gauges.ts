@@ -19,7 +19,7 @@ const QUERIES: readonly Query[] = ['processing', 'duplicates', 'forced_expiratio
 export const DEFAULT_GAUGE_CACHE_MS = 5_000
 /**
  * 1 s: the query reads two small partial indexes (a few ms with 1M keys, see
- * docs/observability.md); a second means the database is in trouble, and a
+ * docs/reference/metrics.md); a second means the database is in trouble, and a
  * scrape must stay well inside Prometheus' default 10 s scrape timeout.
  */
 export const DEFAULT_GAUGE_TIMEOUT_MS = 1_000

@@ -2,7 +2,7 @@ import { collectDefaultMetrics, Gauge, type Registry } from 'prom-client'
 
 /**
  * prom-client's default metrics that do NOT hold under Bun, measured with
- * prom-client 15.1 on Bun 1.4 (see docs/observability.md for the figures):
+ * prom-client 15.1 on Bun 1.4 (see docs/reference/metrics.md for the figures):
  * - process_heap_bytes, process_virtual_memory_bytes: VmData / VmSize of a Bun
  *   process are ~6.5 GB of reserved address space, not memory in use.
  * - nodejs_heap_space_size_*: JavaScriptCore has no V8 heap spaces; only "old" is

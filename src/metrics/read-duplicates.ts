@@ -20,7 +20,7 @@ import type { Sql } from '../core/types'
  * Measured alternatives: grouping by a 64-bit hash or prefix of the
  * fingerprint instead of the text saved nothing; an index-only scan over
  * (completed_at, tenant, path, fingerprint) was never chosen (recent rows are
- * not all-visible), see docs/observability.md.
+ * not all-visible), see docs/reference/metrics.md.
  *
  * Concurrency: a plain MVCC read, no row locks; run under a statement timeout
  * of its own, so a slow aggregate never holds back the processing gauges.

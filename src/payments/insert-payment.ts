@@ -36,7 +36,7 @@ export function paymentJson(row: PaymentRow): Payment {
  * stored with the key must name the row before the statement that writes
  * both runs (core/complete-rows.ts), and no gen_random_uuid() or clock runs
  * in the database's statement (a distributed table's shard needs that too:
- * docs/scaling.md).
+ * docs/explanation/scaling.md).
  */
 export function newPayment(tenant: string, payment: NewPayment, providerRef: string, idempotencyKey: string): { row: Record<string, string | number | null>; json: Payment } {
   const id = crypto.randomUUID()

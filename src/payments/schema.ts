@@ -6,7 +6,7 @@ import type { Validation } from '../http/idempotency'
 
 /** The largest amount in minor units: 10^12 (ten billion in a two-decimal currency). */
 export const MAX_AMOUNT = 1_000_000_000_000
-/** Page size of the list: 20 by default, 100 at most (README, The HTTP API). */
+/** Page size of the list: 20 by default, 100 at most (docs/reference/http-api.md). */
 export const DEFAULT_LIMIT = 20
 export const MAX_LIMIT = 100
 /** A customer id: 1 to 64 characters (the payments table checks the same). */

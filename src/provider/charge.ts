@@ -19,7 +19,7 @@ export interface Charge {
   readonly created_at: string
 }
 
-/** 1..255 printable ASCII (0x21..0x7E), the same rule as our own API's key (README, The HTTP API). */
+/** 1..255 printable ASCII (0x21..0x7E), the same rule as our own API's key (docs/reference/http-api.md). */
 export const IDEMPOTENCY_KEY = /^[!-~]{1,255}$/
 const CURRENCY = /^[A-Z]{3}$/
 /** 64, as in our API: a provider's customer reference is an opaque short id. */

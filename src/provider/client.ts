@@ -1,6 +1,6 @@
 /**
  * The service's side of the payment provider: one charge call, made safe to
- * repeat by the Idempotency-Key the caller derives (Exactly once at the provider, docs/invariants.md).
+ * repeat by the Idempotency-Key the caller derives (Exactly once at the provider, docs/explanation/invariants.md).
  *
  * What is retried here, and what is not:
  * - A lost answer (no response, connection reset, a body cut off) is retried

@@ -34,7 +34,7 @@ export const LOCK_TIMEOUT_MS = 1_000
  * for more than a round trip. A process that hangs, or whose connection goes
  * half-open, between its completing UPDATE and COMMIT would otherwise hold the
  * key's row lock until TCP gives up (hours); with this the lock is gone within
- * seconds and the key can be reclaimed (Bounded processing, docs/invariants.md).
+ * seconds and the key can be reclaimed (Bounded processing, docs/explanation/invariants.md).
  */
 export const IDLE_IN_TRANSACTION_TIMEOUT_MS = 5_000
 /**
@@ -74,7 +74,7 @@ export const SESSION_SETTINGS: Readonly<Record<string, number | string>> = Objec
  * once: stored in the catalog, they apply to every session of that role there,
  * through any pooler, and survive a failover (the catalog is replicated).
  * PgBouncer's connect_query would do too, but lives outside the database and
- * is lost when the pooler's config is rebuilt (docs/scaling.md).
+ * is lost when the pooler's config is rebuilt (docs/how-to/pgbouncer.md).
  */
 export function sessionSettingsSql(role: string, database: string): string {
   const ident = (name: string) => `"${name.replaceAll('"', '""')}"`
@@ -161,7 +161,7 @@ function connect(url: string, max: number, applicationName: string, pgbouncer: b
   }) as Pool
 }
 
-/** Two pools, so that completions can never starve the claims and 409 answers of connections (No blocked connections, docs/invariants.md). */
+/** Two pools, so that completions can never starve the claims and 409 answers of connections (No blocked connections, docs/explanation/invariants.md). */
 export function openPools(url: string, options: PoolOptions = {}): Pools {
   const name = options.applicationName ?? 'idempotent-post'
   const pgbouncer = options.pgbouncer ?? false
@@ -191,7 +191,7 @@ function warnOnMissingSessionSettings(sql: Pool): void {
     if (missing.length === 0) return
     const [who] = await sql<{ role: string; database: string }[]>`select current_user as role, current_database() as database`
     log.error(`DATABASE_PGBOUNCER=1, but these session settings are not in force: ${missing.join(', ')}. ` +
-      `Run as an administrator:\n${sessionSettingsSql(who!.role, who!.database)}\n(docs/scaling.md)`, { missing })
+      `Run as an administrator:\n${sessionSettingsSql(who!.role, who!.database)}\n(docs/how-to/pgbouncer.md)`, { missing })
   }
   check().catch((error: unknown) => log.error(`DATABASE_PGBOUNCER=1: could not check the session settings: ${errorText(error)}`, { error }))
 }

@@ -7,7 +7,7 @@ import { errorText, log as processLog, type Logger } from '../log'
  *
  * Then a failover loses what clients were answered 2xx for, and worse: a
  * lost claim takes its downstream idempotency key with it, so the client's
- * retry charges the customer a second time (docs/scaling.md, the
+ * retry charges the customer a second time (docs/how-to/ha-patroni.md, the
  * asynchronous run of test/scale/failover.scale.ts). The service cannot fix
  * that, but it can say so: a warning at start and on every change, and the
  * gauge `idempotency_database_commit_unreplicated` (1 = acknowledged commits
@@ -91,7 +91,7 @@ export function watchDurability(options: DurabilityWatchOptions): DurabilityWatc
       if (next.unreplicated !== current?.unreplicated) {
         const settings = { synchronous_commit: next.synchronousCommit, synchronous_standby_names: next.synchronousStandbyNames }
         if (next.unreplicated && options.singleNode) log.info('commits are not replicated: the embedded PostgreSQL is a single node, for development (set DATABASE_URL for production)', settings)
-        else if (next.unreplicated) log.warn(`a failover may lose acknowledged payments: ${next.reason} (docs/scaling.md)`, settings)
+        else if (next.unreplicated) log.warn(`a failover may lose acknowledged payments: ${next.reason} (docs/how-to/ha-patroni.md)`, settings)
         else if (current) log.info('commits wait for a synchronous standby again', settings)
       }
       current = next

@@ -12,6 +12,6 @@ export async function requireUtf8(sql: postgres.Sql<any>): Promise<void> {
   const encoding = row!.encoding
   if (encoding !== 'UTF8') {
     throw new Error(`the database's server_encoding is ${encoding}; the service needs UTF8 (its length checks would count bytes, ` +
-      `failing valid customers after the provider charged): create the database with ENCODING 'UTF8' (docs/operators.md)`)
+      `failing valid customers after the provider charged): create the database with ENCODING 'UTF8' (docs/how-to/production.md)`)
   }
 }

@@ -32,7 +32,7 @@ const CONNECT_TIMEOUT_SECONDS = 1
  * standby (PostgreSQL waits only when the transaction wrote WAL before its
  * commit record).
  *
- * Cost per probe (docs/scaling.md, measured by `npm run bench:scale`): one
+ * Cost per probe (docs/how-to/ha-patroni.md, measured by `npm run bench:scale`): one
  * transaction id, about 100 bytes of WAL, one WAL flush, one standby round
  * trip. At 2 probes a second per process that is 172,800 transaction ids a
  * day per process, against the 2 per payment of the traffic; logical
@@ -160,7 +160,7 @@ export class DatabaseHealth {
     const code = (error as { code?: unknown }).code
     if (this.#statement === WRITE_PROBE && typeof code === 'string' && FALLBACK_CODES.has(code)) {
       this.#statement = READ_PROBE
-      this.#log.warn('readiness probes with a read: the write probe is refused, so /readyz cannot see a stalled write path (docs/scaling.md)', { error, probe: WRITE_PROBE })
+      this.#log.warn('readiness probes with a read: the write probe is refused, so /readyz cannot see a stalled write path (docs/how-to/ha-patroni.md)', { error, probe: WRITE_PROBE })
     }
     return false
   }

@@ -7,7 +7,7 @@
  * which the browser's old cookie opens nothing.
  *
  * Screenshots go to test-artifacts/; with UPDATE_SCREENSHOTS=1 to docs/img/,
- * the ones docs/operators.md shows (commit them).
+ * the ones docs/how-to/on-call.md shows (commit them).
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { mkdirSync, readFileSync } from 'node:fs'

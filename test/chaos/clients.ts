@@ -68,7 +68,7 @@ export async function paymentsByKey(sql: import('postgres').Sql, tenant = 'acme'
   return byKey
 }
 
-/** Checks Exactly once (docs/invariants.md) for each key: one payment, and every 2xx carried its id. Returns the failures. */
+/** Checks Exactly once (docs/explanation/invariants.md) for each key: one payment, and every 2xx carried its id. Returns the failures. */
 export function exactlyOnce(results: Map<string, Attempt[]>, payments: Map<string, string[]>): string[] {
   const problems: string[] = []
   for (const [key, attempts] of results) {

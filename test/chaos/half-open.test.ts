@@ -1,5 +1,5 @@
 /**
- * Bounded processing (docs/invariants.md) against half-open database connections (issue 8, "Why" 2).
+ * Bounded processing (docs/explanation/invariants.md) against half-open database connections (issue 8, "Why" 2).
  *
  * Service A reaches PostgreSQL through a TCP proxy (test/support/tcp-proxy.ts)
  * that freezes connections: no bytes either way, no FIN, no RST, and its

@@ -1,5 +1,5 @@
 /**
- * Exactly once at the provider (docs/invariants.md), counted where the money moves: the provider's ledger. Lost
+ * Exactly once at the provider (docs/explanation/invariants.md), counted where the money moves: the provider's ledger. Lost
  * provider answers, a SIGKILL mid-charge and re-executions after a release
  * must all end in exactly one charge per (tenant, key, request), and the
  * payment's provider_reference must be that charge.

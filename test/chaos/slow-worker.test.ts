@@ -15,7 +15,7 @@ import { payment, postPayment } from '../support/http'
 import { waitFor } from '../support/wait'
 
 const TTL_SECONDS = 2
-/** The grace Bounded processing allows past the TTL (docs/invariants.md); generous, since the machine may be busy. */
+/** The grace Bounded processing allows past the TTL (docs/explanation/invariants.md); generous, since the machine may be busy. */
 const GRACE_MS = 5_000
 
 let db: TestDatabase

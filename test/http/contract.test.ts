@@ -1,5 +1,5 @@
 /**
- * Every row of the HTTP contract (the README's HTTP API, the problem codes), through the service's app in this
+ * Every row of the HTTP contract (docs/reference/http-api.md: the HTTP API, the problem codes), through the service's app in this
  * process (`app.handle`, as elysia-html tests) and a real PostgreSQL; the
  * body limits also over a real socket. No process boundary is under test
  * here: the storm, chaos and shutdown suites run the service as a process.

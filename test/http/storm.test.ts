@@ -1,5 +1,5 @@
 /**
- * Exactly once and No blocked connections (docs/invariants.md) under a storm: many concurrent retries of one key over
+ * Exactly once and No blocked connections (docs/explanation/invariants.md) under a storm: many concurrent retries of one key over
  * real HTTP, against the service as a process. The naive baseline gets the
  * same storm and must break, which proves the storm reaches the race window.
  */

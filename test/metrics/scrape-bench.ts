@@ -1,6 +1,6 @@
 /**
  * Scrape time of /metrics with a large idempotency_keys table (not a test:
- * figures for docs/observability.md). Run:
+ * figures for docs/reference/metrics.md). Run:
  *   DATABASE_URL=postgres://postgres@127.0.0.1:5432/test bun test/metrics/scrape-bench.ts [done-keys]
  * Seeds N done keys over 24 h plus 200 processing keys, starts the server with
  * METRICS_CACHE_MS=0 (every scrape queries) and with the default cache, and

@@ -1,5 +1,5 @@
 /**
- * The properties the capacity model in docs/scaling.md rests on (its figures
+ * The properties the capacity model in docs/explanation/scaling.md rests on (its figures
  * are measured by `npm run bench:scale`, not asserted):
  *
  * - a fresh payment takes at most two transaction ids (the claim, the

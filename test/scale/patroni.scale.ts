@@ -62,7 +62,7 @@ describe.skipIf(skip !== undefined)('a 3-node Patroni cluster (synchronous mode)
     const leader = (await cluster.leader())!
     db = await createDatabase('patroni', leader.url())
     const admin = adminClient(db.url)
-    // Behind PgBouncer the session settings come from the role (docs/scaling.md); the catalog is replicated.
+    // Behind PgBouncer the session settings come from the role (docs/how-to/pgbouncer.md); the catalog is replicated.
     await admin.unsafe(sessionSettingsSql(db.user, db.name))
     await admin.end({ timeout: 1 })
     const bouncers = await Promise.all(cluster.nodes.map((node) => PgBouncer.start({ host: '127.0.0.1', port: node.pgPort, database: db.name, poolSize: 10 })))
@@ -133,7 +133,7 @@ describe.skipIf(skip !== undefined)('a 3-node Patroni cluster (synchronous mode)
     return JSON.stringify([...new Set(lines.map((l) => l.replace(/^.*?(processing failed|unhandled error|server error)/, '$1').slice(0, 160)))].slice(0, 5))
   }
 
-  /** The 5xx answers of `run`, by status (the failover's are written in docs/scaling.md). */
+  /** The 5xx answers of `run`, by status (the failover's are written in docs/how-to/ha-patroni.md). */
   function serverErrors(run: ContinuousLoad): Record<string, number> {
     return Object.fromEntries(Object.entries(tally(run.answers())).filter(([label]) => /^5\d\d/.test(label)))
   }

@@ -1,5 +1,5 @@
 /**
- * Running one process under a supervisor (README: "Running under a
+ * Running one process under a supervisor (docs/how-to/production.md: "Running under a
  * supervisor"): the systemd unit we ship (examples/deploy) is valid, its
  * timings leave the drain room, and the service's exits are the ones its
  * restart rules rely on. The last part runs the service under a small

@@ -44,7 +44,7 @@ export class PgBouncer {
       'pool_mode = transaction',
       `default_pool_size = ${options.poolSize ?? 20}`,
       'max_client_conn = 1000',
-      // As docs/scaling.md recommends: a server connection whose client sits
+      // As docs/how-to/pgbouncer.md recommends: a server connection whose client sits
       // idle in a transaction is taken back after 5 s (the same bound as the
       // database's idle_in_transaction_session_timeout), and dead peers are
       // noticed by TCP keepalive on both sides.

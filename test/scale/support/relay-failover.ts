@@ -48,7 +48,7 @@ export async function relayFailover(mode: 'synchronous' | 'asynchronous'): Promi
   const relay = await TcpRelay.start(primary.port)
   // Copied from the primary by pg_basebackup, synchronous_standby_names would
   // make the promoted standby wait forever for a standby of its own: every
-  // commit hung. Empty, it runs alone until one is attached (docs/scaling.md).
+  // commit hung. Empty, it runs alone until one is attached (docs/how-to/ha-patroni.md).
   // wal_retrieve_retry_interval: between two tries to reach a primary that
   // is gone, recovery sleeps this long, and a promotion asked for meanwhile
   // waited for it: promote took 0.4 s or 5.3 s (the 5 s default) by chance.
