@@ -1,0 +1,38 @@
+-- @online
+-- Fewer bytes per key (issue 40): two storage parameters, measured against the
+-- rows the service writes (bench/key-bytes.ts: 4,000 payments, 32 at a time,
+-- pg_total_relation_size of both key tables over the completed keys: 2,677 to
+-- 2,742 B a key before, 1,808 to 1,921 B after, every completion still a
+-- heap-only update).
+--
+-- idempotency_processing, fillfactor 10 -> 25. Each row of the list is deleted
+-- within seconds of its insert, and its space is reused only once vacuum has
+-- passed (autovacuum looks at a table once a minute at most): until then every
+-- payment leaves a dead row, and at a tenth of a page each that was 1,120 B per
+-- payment after 4,000 (4.1 MB of heap, nearly all dead rows), more than the
+-- key's own row; at 25 %, 446 B. Not fuller: the list must stay past the
+-- planner's crossover (00006), and measured with the 1,000 rows autovacuum
+-- first sees (test/store/request-path-plans.test.ts), the single-key deletes of
+-- a release, a retake and the transactional completion (idempotency_complete)
+-- read a list of 16 pages (fillfactor 50) whole; 20 pages (40 %) and more are
+-- probed by the primary key. 25 % makes that 33 pages. (At 100 % it would be
+-- 154 B per payment, once those three deletes probe the key on any plan.)
+--
+-- idempotency_keys, fillfactor 30 -> 32. A page takes claims until they fill
+-- the fillfactor. Their completions mostly come batched, several rows of one
+-- page in one statement, whose old versions cannot be pruned before it
+-- commits: for the completions to stay heap-only a page needs room for each
+-- row's claimed and completed versions at once, 337 + 680 B for a payment (row
+-- and line pointer), a third of which is 33 %. Measured: 30 % leaves 5.5 to 5.9
+-- rows a page (1,390 to 1,490 B of heap per key), 32 to 34 % 6.0 to 6.6 (1,240
+-- to 1,360 B; 32 or 64 requests at a time, two loads at once; 5.6 at 8), all
+-- with 100 % of the completions HOT; 35 % drops to 94 % HOT, 40 % to 88-90 %,
+-- 45 % to 79 %, 50 % to 75 %. 32 keeps a margin under that edge (the engine
+-- tests' smaller rows, 492 B completed: 100 % HOT at 32 and 34 too). A route
+-- whose completed row is more than about twice its claimed one needs less.
+--
+-- Online: storage parameters only (SHARE UPDATE EXCLUSIVE, which no read or
+-- write waits on), used as pages are next filled; the release before writes
+-- the same rows and reads them the same way.
+alter table idempotency_processing set (fillfactor = 25);
+alter table idempotency_keys set (fillfactor = 32);
