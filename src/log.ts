@@ -11,6 +11,7 @@
  *
  * The level is chosen once, by LOG_LEVEL (debug, info, warn, error; @default info).
  */
+import { unicodeEscape } from './characters'
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
 
@@ -67,7 +68,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   return make(options.base ?? {})
 }
 
-/** One JSON line, pure printable ASCII: anything else is a \u escape. */
+/** One JSON line, pure printable ASCII: anything else is a \u escape (characters.ts: a superset of what operators are shown escaped). */
 export function formatLine(record: Record<string, unknown>): string {
   let text: string
   try {
@@ -75,7 +76,7 @@ export function formatLine(record: Record<string, unknown>): string {
   } catch {
     text = JSON.stringify({ time: record.time, level: record.level, msg: String(record.msg), unloggable: true })
   }
-  return text.replace(/[^\x20-\x7e]/g, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`)
+  return text.replace(/[^\x20-\x7e]/g, unicodeEscape)
 }
 
 /** Errors log their name, message and code (a SQLSTATE), never a stack that may hold a query's parameters. */

@@ -28,7 +28,7 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
 const WORKER_ENV = 'IDEMPOTENT_POST_WORKER'
 
 /** Loaded with the config (store/masked-url.ts), before anything is printed. */
-let maskedUrl: (url: string, options?: { user?: boolean }) => string = () => '(not shown)'
+let maskedUrl: (url: string) => string = () => '(not shown)'
 
 /**
  * A start that fails (bad configuration, nothing to serve) says so on stderr,
@@ -216,7 +216,7 @@ function banner(config: Config, databaseUrl: string, simulated: boolean): void {
       ? `metrics        http://${config.metricsHost.includes(':') ? `[${config.metricsHost}]` : config.metricsHost}:${config.metricsPort}/metrics${config.metricsToken ? ' (Bearer METRICS_TOKEN)' : ''}`
       : `metrics        ${base}/metrics${config.metricsToken ? ' (Bearer METRICS_TOKEN)' : ''}`,
     `database       ${maskedUrl(databaseUrl)}`,
-    `provider       ${simulated ? config.providerUrl : maskedUrl(config.providerUrl!, { user: true })}${simulated ? ' (simulator; set PAYMENT_PROVIDER_URL for a real one)' : ''}`,
+    `provider       ${maskedUrl(config.providerUrl!)}${simulated ? ' (simulator; set PAYMENT_PROVIDER_URL for a real one)' : ''}`,
   ]
   // For a person at a terminal, so plain text: the only lines of ours that are not JSON.
   process.stdout.write(`${lines.join('\n')}\n`)

@@ -1,3 +1,4 @@
+import { visibleText } from '../characters'
 import { escapeHtml, type PropsWithChildren } from '@kitajs/html'
 
 /**
@@ -129,7 +130,7 @@ export function Layout({ title, operator, refresh, children }: PropsWithChildren
                 <a href="/admin/sessions">Sessions</a>
                 <a href="/admin/released?reason=deadline">Released after deadline</a>
                 <a href="/admin/runbooks">Runbooks</a>
-                <span safe>{operator.name}</span>
+                <span safe>{visibleText(operator.name)}</span>
                 <form class="inline" method="post" action="/admin/logout">
                   <input type="hidden" name="csrf" value={escapeHtml(operator.csrf)} />
                   <button type="submit">Sign out</button>

@@ -36,14 +36,8 @@ export const DEFAULT_AUTH_FAILURES_PER_MINUTE = 10
 export const MIN_PRODUCTION_SECRET_LENGTH = 32
 /** Outside production a short admin token is only refused below this (a typo, not a choice). */
 export const MIN_DEV_TOKEN_LENGTH = 8
-/**
- * The least a production secret's characters may carry, in bits: its length
- * times the Shannon entropy of its characters. 32 random base64url characters
- * give about 150, 32 random hex digits about 120; one letter repeated gives 0,
- * `abcd` repeated 64. A floor against a typed or patterned token, not a
- * proof of randomness.
- */
-export const MIN_PRODUCTION_SECRET_BITS = 96
+/** The least a production secret may carry, in bits of zxcvbn's estimate (src/secret-strength.ts). */
+export { MIN_SECRET_BITS as MIN_PRODUCTION_SECRET_BITS, secretBits } from '../secret-strength'
 /** The key of the dev-only demo tenant, refused in production even when given explicitly. */
 export const DEMO_API_KEY = 'demo-key'
 /**
@@ -96,14 +90,3 @@ export function isProduction(env: Env): boolean {
   return env.NODE_ENV?.trim().toLowerCase() === 'production'
 }
 
-/** `secret`'s length times the Shannon entropy of its characters, in bits. */
-export function secretBits(secret: string): number {
-  const counts = new Map<string, number>()
-  for (const char of secret) counts.set(char, (counts.get(char) ?? 0) + 1)
-  let perChar = 0
-  for (const count of counts.values()) {
-    const p = count / secret.length
-    perChar -= p * Math.log2(p)
-  }
-  return perChar * secret.length
-}

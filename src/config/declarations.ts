@@ -44,7 +44,7 @@ export interface RemovedSetting extends Base { readonly kind: 'removed' }
 export type Setting = IntegerSetting | PortSetting | FractionSetting | FlagSetting | TextSetting | RemovedSetting
 
 const INT_MAX = Number.MAX_SAFE_INTEGER
-const SECRET_RULE = `at least ${d.MIN_PRODUCTION_SECRET_LENGTH} characters and ${d.MIN_PRODUCTION_SECRET_BITS} bits by its characters; one secret, one role`
+const SECRET_RULE = `at least ${d.MIN_PRODUCTION_SECRET_LENGTH} characters and ${d.MIN_PRODUCTION_SECRET_BITS} bits by zxcvbn's estimate (repeats, sequences and words count as few guesses); one secret, one role`
 
 export const SETTINGS = {
   // Service

@@ -6,7 +6,7 @@
 import { credential, DEFAULT_OPERATOR, OPERATOR_NAME, tokenDigest, type OperatorCredential } from '../credentials'
 import { ConfigError, DEMO_API_KEY, MIN_DEV_TOKEN_LENGTH, MIN_PRODUCTION_SECRET_BITS, MIN_PRODUCTION_SECRET_LENGTH, secretBits, type Env } from './constants'
 
-const LOW_ENTROPY = `looks typed or patterned (fewer than ${MIN_PRODUCTION_SECRET_BITS} bits by its characters); NODE_ENV=production needs a random one, e.g. openssl rand -base64 32`
+const LOW_ENTROPY = `looks typed or patterned (fewer than ${MIN_PRODUCTION_SECRET_BITS} bits by zxcvbn's estimate: repeats, sequences and words count as few guesses); NODE_ENV=production needs a random one, e.g. openssl rand -base64 32`
 export function apiKeys(env: Env, production: boolean): { keys: Map<string, string>; demo: boolean } {
   const raw = env.API_KEYS
   if (raw === undefined || raw.trim() === '') {

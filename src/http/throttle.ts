@@ -8,7 +8,11 @@
  * Exact over any window (not a fixed minute, which would let 2 × 10 through
  * across a minute boundary): each address keeps the times of its last
  * MAX_FAILURES failures, and is throttled while the oldest of them is less
- * than a window old. A success forgets the address.
+ * than a window old. A success forgets nothing: failures only age out
+ * (issue 41: with a reset, 9 wrong tokens then the right one, over and over,
+ * were 27 guesses a minute and never a 429; whoever holds one token may be
+ * guessing another operator's). The API-key and metrics-token throttle
+ * (failed-credentials.ts) is this class too, with the same rule.
  *
  * Memory is bounded: at most MAX_ADDRESSES addresses are remembered, the
  * least recently failed going first when a new one comes (an attacker
@@ -72,11 +76,6 @@ export class SignInThrottle {
     if (!entry || entry.blockLogged) return false
     entry.blockLogged = true
     return true
-  }
-
-  /** A right token: the address starts afresh. */
-  succeed(address: string): void {
-    this.#entries.delete(keyOf(address))
   }
 
   get size(): number {

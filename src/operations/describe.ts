@@ -17,3 +17,8 @@ export function previewText(detail: KeyDetail): string {
   if (detail.expirePreview === 'worker_alive') return 'A force-expire would be refused now: the key is within its deadline and its owner process is alive, so its worker is still processing it. It finishes or fails on its own, at the latest at its deadline.'
   return `A force-expire would release the key now (${detail.stale ? 'it is past its deadline' : 'its owner process is gone'}): the client's next retry runs the request again with the same downstream key, so a charge already made is returned, not repeated.`
 }
+
+/** A route's stored summary as `name value, name value`: plain text, for the page and the CLI to show by the one rule (characters.ts). */
+export function summaryText(summary: Readonly<Record<string, unknown>>): string {
+  return Object.entries(summary).map(([name, value]) => `${name} ${typeof value === 'string' ? value : JSON.stringify(value)}`).join(', ')
+}

@@ -3,7 +3,8 @@ import { expect, test } from 'bun:test'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, join, normalize } from 'node:path'
 
-const transpiler = new Bun.Transpiler({ loader: 'tsx' })
+// Each file by its own loader: a generic arrow function (`<T>(x: T) => x`) is JSX to the tsx loader.
+const transpilers = { ts: new Bun.Transpiler({ loader: 'ts' }), tsx: new Bun.Transpiler({ loader: 'tsx' }) }
 
 function resolve(from: string, specifier: string): string | undefined {
   if (!specifier.startsWith('.')) return undefined
@@ -21,7 +22,7 @@ function reachable(entry: string): Set<string> {
     seen.add(file)
     const source = readFileSync(file, 'utf8').replace(/^#!.*\n/, '')
     const specifiers = [...source.matchAll(/^\s*(?:import|export)[^'"]*?from\s+['"]([^'"]+)['"]/gm)].map((match) => match[1]!)
-    for (const imported of transpiler.scanImports(source)) specifiers.push(imported.path)
+    for (const imported of transpilers[file.endsWith('.tsx') ? 'tsx' : 'ts'].scanImports(source)) specifiers.push(imported.path)
     for (const specifier of specifiers) {
       const target = resolve(file, specifier)
       if (target) todo.push(target)

@@ -44,11 +44,11 @@ test('a completed payment\'s customer and description: written out on the key pa
   expect(created.status).toBe(201)
   const { response, html } = await getPage(url, '/admin/keys/acme/bidi-paid', admin)
   expect(response.status).toBe(200)
-  expect(html).toContain('cus_&lt;U+202E&gt;gnp.exe')
+  expect(html).toContain('cus_\\u202egnp.exe') // written out by the one rule (characters.ts), as the CLI does
   expect(html).not.toMatch(BIDI)
   const shown = await idem(['show', 'acme', 'bidi-paid'])
   expect(shown.code).toBe(0)
-  expect(shown.stdout).toContain('cus_<U+202E>gnp.exe')
+  expect(shown.stdout).toContain('cus_\\u202egnp.exe')
   expect(shown.stdout).not.toMatch(BIDI)
 })
 

@@ -151,16 +151,16 @@ describe('the service in production', () => {
   }, 30_000)
 })
 
-test('the banner masks a password found by URL parsing: with a user, without one, and in the query', () => {
-  expect(maskedUrl('postgres://postgres:postgres@127.0.0.1:54329/postgres')).toBe('postgres://postgres:***@127.0.0.1:54329/postgres')
+test('the banner masks userinfo found by URL parsing: with a user, without one; every query value (store/masked-url.ts, issue 41)', () => {
+  expect(maskedUrl('postgres://postgres:postgres@127.0.0.1:54329/postgres')).toBe('postgres://***:***@127.0.0.1:54329/postgres')
   expect(maskedUrl('postgres://:secret@db.internal/payments')).toBe('postgres://:***@db.internal/payments')
-  expect(maskedUrl('postgresql://app:p%40ss%3Aword@[::1]:5432/x?sslmode=require')).toBe('postgresql://app:***@[::1]:5432/x?sslmode=require')
-  expect(maskedUrl('postgres://app@db/x?password=hunter2&sslmode=require')).toBe('postgres://app@db/x?password=***&sslmode=require')
+  expect(maskedUrl('postgresql://app:p%40ss%3Aword@[::1]:5432/x?sslmode=require')).toBe('postgresql://***:***@[::1]:5432/x?sslmode=***')
+  expect(maskedUrl('postgres://app@db/x?password=hunter2&sslmode=require')).toBe('postgres://***@db/x?password=***&sslmode=***')
   expect(maskedUrl('postgres://db.internal/payments')).toBe('postgres://db.internal/payments')
   for (const url of ['postgres://:secret@h/d', 'postgres://u:secret@h/d', 'postgres://u@h/d?password=secret', 'postgres://u:secret@']) expect(maskedUrl(url)).not.toContain('secret')
-  // postgres.js's multi-host form (a Patroni cluster): the hosts kept, the password masked.
+  // postgres.js's multi-host form (a Patroni cluster): the hosts kept, the userinfo masked.
   expect(maskedUrl('postgres://app:secret@10.0.0.1:5432,10.0.0.2:5433/pay?target_session_attrs=read-write'))
-    .toBe('postgres://app:***@10.0.0.1:5432,10.0.0.2:5433/pay?target_session_attrs=read-write')
+    .toBe('postgres://***:***@10.0.0.1:5432,10.0.0.2:5433/pay?target_session_attrs=***')
 })
 
 // Catches: the URL check refusing what postgres.js takes (a multi-host URL exited 2 at start, the Patroni paths with it).

@@ -1,4 +1,5 @@
 /** The audit trail: a table, its filters, one entry, and the notice an action leaves. */
+import { visibleJson, visibleText } from '../../characters'
 import { escapeHtml } from '@kitajs/html'
 import { AUDIT_ACTIONS } from '../../core/audit'
 import type { AuditFilters, AuditRecord } from '../../operations/audit'
@@ -18,10 +19,10 @@ export function AuditTable({ entries }: { entries: readonly AuditRecord[] }): JS
           <tr>
             <td data-label="Entry" class="num"><a href={escapeHtml(auditEntryHref(entry.id))} safe>{`#${entry.id}`}</a></td>
             <td data-label="When" class="mono" safe>{formatTime(entry.at)}</td>
-            <td data-label="Who" safe>{entry.actor}</td>
+            <td data-label="Who" safe>{visibleText(entry.actor)}</td>
             <td data-label="Action" safe>{describeAction(entry)}</td>
-            <td data-label="Tenant" class="mono" safe>{entry.tenant ?? ''}</td>
-            <td data-label="Key" class="key" safe>{entry.key ?? ''}</td>
+            <td data-label="Tenant" class="mono" safe>{visibleText(entry.tenant ?? '')}</td>
+            <td data-label="Key" class="key" safe>{visibleText(entry.key ?? '')}</td>
             <td data-label="Outcome" safe>{entry.outcome}</td>
           </tr>
         ))}
@@ -65,7 +66,7 @@ export function OutcomeNotice({ entry }: { entry: AuditRecord }): JSX.Element {
   const [tone, text] = OUTCOME_TEXT[entry.outcome] ?? ['warn', `Outcome: ${entry.outcome}`]
   return (
     <div class={`notice ${tone}`} role="status">
-      <b>Force-expire</b> of key <span class="mono" safe>{entry.key ?? ''}</span> (tenant <span class="mono" safe>{entry.tenant ?? ''}</span>):{' '}
+      <b>Force-expire</b> of key <span class="mono" safe>{visibleText(entry.key ?? '')}</span> (tenant <span class="mono" safe>{visibleText(entry.tenant ?? '')}</span>):{' '}
       <span safe>{text}</span> ({link})
     </div>
   )
@@ -97,7 +98,7 @@ export function AuditPage(props: { operator: Operator; entries: readonly AuditRe
 
 /** The entry's detail as indented JSON: it holds client-chosen keys, so it is escaped like any text. */
 function detailText(entry: AuditRecord): string {
-  return JSON.stringify(entry.detail ?? {}, null, 2)
+  return visibleJson(JSON.stringify(entry.detail ?? {}, null, 2))
 }
 
 export function AuditEntryPage({ operator, entry }: { operator: Operator; entry: AuditRecord }): JSX.Element {
@@ -106,18 +107,18 @@ export function AuditEntryPage({ operator, entry }: { operator: Operator; entry:
       <h2 safe>{`Audit entry #${entry.id}: ${describeAction(entry)}`}</h2>
       <dl class="facts">
         <dt>When (UTC)</dt><dd class="mono" safe>{formatTime(entry.at)}</dd>
-        <dt>Who</dt><dd safe>{entry.actor}</dd>
+        <dt>Who</dt><dd safe>{visibleText(entry.actor)}</dd>
         <dt>Action</dt><dd class="mono" safe>{entry.action}</dd>
-        <dt>Tenant</dt><dd class="mono" safe>{entry.tenant ?? '-'}</dd>
+        <dt>Tenant</dt><dd class="mono" safe>{visibleText(entry.tenant ?? '-')}</dd>
         <dt>Key</dt>
-        <dd class="mono">{entry.tenant && entry.key ? <a href={escapeHtml(keyHref(entry.tenant, entry.key))} safe>{entry.key}</a> : '-'}</dd>
+        <dd class="mono">{entry.tenant && entry.key ? <a href={escapeHtml(keyHref(entry.tenant, entry.key))} safe>{visibleText(entry.key)}</a> : '-'}</dd>
         <dt>Outcome</dt><dd class="mono" safe>{entry.outcome}</dd>
       </dl>
       <h2>Detail</h2>
       <pre safe>{detailText(entry)}</pre>
       <p class="bar">
         {entry.tenant && entry.key ? <a href={escapeHtml(auditHref({ tenant: entry.tenant, key: entry.key }))}>Every action on this key</a> : ''}
-        {entry.tenant ? <a href={escapeHtml(auditHref({ tenant: entry.tenant }))} safe>{`Every action for tenant ${entry.tenant}`}</a> : ''}
+        {entry.tenant ? <a href={escapeHtml(auditHref({ tenant: entry.tenant }))} safe>{`Every action for tenant ${visibleText(entry.tenant)}`}</a> : ''}
         <a href="/admin/audit">Whole audit trail</a>
       </p>
     </Layout>

@@ -1,4 +1,5 @@
 /** The confirmation step of every destructive action: exactly what it will do, then one button. */
+import { visibleText } from '../../characters'
 import { escapeHtml } from '@kitajs/html'
 import type { ExpireStalePreview, PurgePreview } from '../../operations/actions'
 import { formatAge, formatTime } from '../../operations/format'
@@ -24,9 +25,9 @@ export function ConfirmExpirePage(props: ConfirmExpireProps): JSX.Element {
     <Layout title="Force-expire this key? · admin" operator={operator}>
       <h2>Force-expire this key?</h2>
       <dl class="facts" id="confirm-facts">
-        <dt>Tenant</dt><dd class="mono" safe>{detail.tenant}</dd>
-        <dt>Key</dt><dd class="mono" safe>{detail.key}</dd>
-        <dt>Request</dt><dd class="mono" safe>{`${detail.method} ${detail.path}`}</dd>
+        <dt>Tenant</dt><dd class="mono" safe>{visibleText(detail.tenant)}</dd>
+        <dt>Key</dt><dd class="mono" safe>{visibleText(detail.key)}</dd>
+        <dt>Request</dt><dd class="mono" safe>{visibleText(`${detail.method} ${detail.path}`)}</dd>
         <dt>Lease</dt><dd class="mono" safe>{props.lease}</dd>
         <dt>Attempts</dt><dd>{detail.attempts}</dd>
         <dt>Lease age</dt><dd safe>{`${formatAge(detail.ageSeconds)}${detail.deadline ? ` (deadline ${formatTime(detail.deadline)}${detail.stale ? ', passed' : ''})` : ''}`}</dd>
@@ -67,12 +68,12 @@ export function ConfirmExpireStalePage(props: { operator: Operator; preview: Exp
     <Layout title="Expire all stale? · admin" operator={operator}>
       <h2>Expire all stale keys?</h2>
       <p>
-        {preview.stale} key(s) in processing {preview.tenant ? <>of tenant <span class="mono" safe>{preview.tenant}</span> </> : ''}
+        {preview.stale} key(s) in processing {preview.tenant ? <>of tenant <span class="mono" safe>{visibleText(preview.tenant)}</span> </> : ''}
         were older than the TTL ({preview.ttlSeconds}s) at <span class="mono" safe>{formatTime(preview.asOf)}</span>:
       </p>
       {preview.keys.length > 0 ? (
         <ul id="stale-keys">
-          {preview.keys.map((key) => <li><span class="mono" safe>{`${key.tenant} ${key.key}`}</span> <span class="muted" safe>{`(${key.method} ${key.path}, ${formatAge(key.ageSeconds)}, attempts ${key.attempts})`}</span></li>)}
+          {preview.keys.map((key) => <li><span class="mono" safe>{visibleText(`${key.tenant} ${key.key}`)}</span> <span class="muted" safe>{`(${visibleText(`${key.method} ${key.path}`)}, ${formatAge(key.ageSeconds)}, attempts ${key.attempts})`}</span></li>)}
           {more > 0 ? <li class="muted">and {more} more</li> : ''}
         </ul>
       ) : ''}

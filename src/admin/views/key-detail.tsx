@@ -9,7 +9,9 @@ import { auditHref, confirmExpireHref, listHref } from '../links'
 import type { KeyFilters } from '../../operations/filters'
 import { OutcomeNotice } from './audit'
 import type { ReleaseReason } from '../../core/release'
-import { visibleBidi } from '../../characters'
+import { visibleJson, visibleText } from '../../characters'
+import { summaryText as plainSummary } from '../../operations/describe'
+import { Exact } from './exact'
 
 export interface KeyDetailPageProps {
   readonly operator: Operator
@@ -33,31 +35,32 @@ export const RELEASE_TEXT: Record<ReleaseReason, string> = {
   force_expired: 'force-expired by an operator (the audit trail says who): the provider may have charged',
 }
 
-/** The route's summary as `name value, name value` (client-chosen text: rendered with `safe`). */
+/** The route's summary as `name value, name value`, shown by the one rule (characters.ts; rendered with `safe`). */
 export function summaryText(summary: Readonly<Record<string, unknown>>): string {
-  return visibleBidi(Object.entries(summary).map(([name, value]) => `${name} ${typeof value === 'string' ? value : JSON.stringify(value)}`).join(', '))
+  return visibleText(plainSummary(summary))
 }
 
 export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
   const { detail } = props
   const time = (date: Date | null) => (date ? formatTime(date) : '-')
   return (
-    <Layout title={`Key ${detail.key} · admin`} operator={props.operator}>
+    <Layout title={`Key ${visibleText(detail.key)} · admin`} operator={props.operator}>
       {props.notice ? <OutcomeNotice entry={props.notice} /> : ''}
       <p><a href={escapeHtml(listHref(props.back ?? { tenant: detail.tenant, staleOnly: false }))}>← Back to the list</a></p>
-      <h2>Key <span class="mono" safe>{detail.key}</span> of tenant <span class="mono" safe>{detail.tenant}</span></h2>
+      <h2>Key <span class="mono" safe>{visibleText(detail.key)}</span> of tenant <span class="mono" safe>{visibleText(detail.tenant)}</span></h2>
+      <Exact value={detail.key} />
       <dl class="facts" id="key-facts">
         <dt>Status</dt>
         <dd>
           <span class={`tag ${detail.stale ? 'stale' : STATUS_TAG[detail.status] ?? 'fresh'}`}>{detail.stale ? 'processing, stale' : detail.status}</span>
         </dd>
-        <dt>Request</dt><dd class="mono" safe>{`${detail.method} ${detail.path}`}</dd>
+        <dt>Request</dt><dd class="mono" safe>{visibleText(`${detail.method} ${detail.path}`)}</dd>
         <dt>Request summary</dt>
         <dd id="request-summary">
           {detail.payment
-            ? <span safe>{visibleBidi(`customer ${detail.payment.customer}, ${detail.payment.amount} ${detail.payment.currency} (minor units)`)}</span>
+            ? <><span safe>{visibleText(`customer ${detail.payment.customer}, ${detail.payment.amount} ${detail.payment.currency} (minor units)`)}</span><Exact value={detail.payment.customer} /></>
             : detail.summary
-              ? <span safe>{summaryText(detail.summary)}</span>
+              ? <><span safe>{summaryText(detail.summary)}</span><Exact value={detail.summary} /></>
               : <span class="muted">None stored: the route keeps no summary, or the key was claimed before summaries were kept. The service keeps only the request's fingerprint.</span>}
         </dd>
         <dt>Fingerprint</dt><dd class="mono" safe>{detail.fingerprint}</dd>
@@ -76,7 +79,7 @@ export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
           ? <><dt>Replayed until</dt><dd class="mono" safe>{`${time(detail.retentionEndsAt)} (retention ${props.retentionSeconds}s)${detail.pastRetention ? ': passed, to purge' : ''}`}</dd></>
           : ''}
         <dt>Request id</dt>
-        <dd><span class="mono" safe>{detail.httpRequestId ?? '-'}</span><br /><span class="muted">The X-Request-Id of the request that last ran this key (the client's, or the one it was answered with): the <code>request_id</code> of its log lines.</span></dd>
+        <dd><span class="mono" safe>{visibleText(detail.httpRequestId ?? '-')}</span><br /><span class="muted">The X-Request-Id of the request that last ran this key (the client's, or the one it was answered with): the <code>request_id</code> of its log lines.</span></dd>
         <dt>Execution id</dt><dd class="mono" safe>{detail.requestId}</dd>
         <dt>Downstream key</dt>
         <dd><span class="mono" safe>{detail.downstreamKey}</span><br /><span class="muted">The Idempotency-Key this request sends the payment provider, the same on every re-run: ask the provider about it to learn whether a charge was recorded.</span></dd>
@@ -88,7 +91,7 @@ export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
           <dl class="facts">
             <dt>Id</dt><dd class="mono" safe>{detail.payment.id}</dd>
             <dt>Amount</dt><dd class="mono" safe>{`${detail.payment.amount} ${detail.payment.currency}`}</dd>
-            <dt>Customer</dt><dd class="mono" safe>{visibleBidi(detail.payment.customer)}</dd>
+            <dt>Customer</dt><dd class="mono"><span safe>{visibleText(detail.payment.customer)}</span><Exact value={detail.payment.customer} /></dd>
             <dt>Provider charge</dt><dd class="mono" safe>{detail.payment.providerReference}</dd>
             <dt>Created</dt><dd class="mono" safe>{time(detail.payment.createdAt)}</dd>
           </dl>
@@ -97,8 +100,8 @@ export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
       {detail.response ? (
         <>
           <h2 safe>{`Stored answer: ${detail.response.status}${detail.response.truncated ? ' (cut)' : ''}`}</h2>
-          {/* The answer as stored: JSON keeps a customer's or description's bidi controls as they came. */}
-          <pre safe>{visibleBidi(detail.response.body)}</pre>
+          {/* The answer as stored, its invisible characters escaped as JSON escapes them (characters.ts visibleJson). */}
+          <pre safe>{visibleJson(detail.response.body)}</pre>
         </>
       ) : ''}
 

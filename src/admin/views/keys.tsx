@@ -1,4 +1,5 @@
 /** The list of keys in processing: counts under the filters, the filters, the keys, recent actions. */
+import { visibleText } from '../../characters'
 import { escapeHtml } from '@kitajs/html'
 import type { KeyCounts } from '../../operations/count'
 import { hasFilters, type KeyFilters } from '../../operations/filters'
@@ -32,7 +33,7 @@ export interface KeysPageProps {
 
 export function KeysPage(props: KeysPageProps): JSX.Element {
   const { counts, filters, keys, operator } = props
-  const scope = filters.tenant ? `tenant ${filters.tenant}` : 'all tenants'
+  const scope = filters.tenant ? `tenant ${visibleText(filters.tenant)}` : 'all tenants'
   const filtered = hasFilters(filters)
   const back = backOf(filters)
   const refreshToggle = props.refreshSeconds === undefined
@@ -53,7 +54,7 @@ export function KeysPage(props: KeysPageProps): JSX.Element {
         <div class="notice" id="tenants-held">
           <b>Held at their limits</b> (this instance, the last minute; <code>http_tenant_refusals_total</code> for all):{' '}
           {props.held.map((held, i) => (
-            <>{i > 0 ? ', ' : ''}<a href={escapeHtml(listHref({ ...filters, tenant: held.tenant, staleOnly: false }))} safe>{held.tenant}</a>{' '}
+            <>{i > 0 ? ', ' : ''}<a href={escapeHtml(listHref({ ...filters, tenant: held.tenant, staleOnly: false }))} safe>{visibleText(held.tenant)}</a>{' '}
               <span safe>{`${held.refused.rate_limited} over the rate, ${held.refused.too_many_in_flight} over the in-flight cap`}</span></>
           ))}
         </div>
@@ -73,7 +74,7 @@ export function KeysPage(props: KeysPageProps): JSX.Element {
         <a class="button" href="/admin">Clear</a>
       </form>
       <div class="bar">
-        {counts.stale > 0 ? <a class="button" href={escapeHtml(confirmExpireStaleHref(filters.tenant))} safe>{`Expire all stale${filters.tenant ? ` of ${filters.tenant}` : ''}…`}</a> : ''}
+        {counts.stale > 0 ? <a class="button" href={escapeHtml(confirmExpireStaleHref(filters.tenant))} safe>{`Expire all stale${filters.tenant ? ` of ${visibleText(filters.tenant)}` : ''}…`}</a> : ''}
         {counts.expired > 0 && !filtered ? <a class="button" href="/admin/confirm/purge">Purge expired…</a> : ''}
         <span class="muted">
           <span safe>{props.refreshSeconds === undefined ? 'Auto-refresh paused. ' : `Refreshes every ${props.refreshSeconds} s, keeping these filters and this page. `}</span>
@@ -103,7 +104,7 @@ export function KeysPage(props: KeysPageProps): JSX.Element {
         asks for confirmation first and shows exactly what it will do.
       </p>
 
-      <h2>Recent operator actions{filters.tenant ? <> for tenant <span class="mono" safe>{filters.tenant}</span></> : ''}</h2>
+      <h2>Recent operator actions{filters.tenant ? <> for tenant <span class="mono" safe>{visibleText(filters.tenant)}</span></> : ''}</h2>
       <AuditTable entries={props.audit} />
       <p><a href={escapeHtml(auditHref({ tenant: filters.tenant }))}>Whole audit trail →</a></p>
     </Layout>
@@ -115,9 +116,9 @@ function KeyRow({ entry, back }: { entry: ProcessingKey; back: string | undefine
   return (
     <tr class={entry.stale ? 'stale' : ''}>
       <td data-label="State">{entry.stale ? <span class="tag stale">stale</span> : entry.workedOn ? <span class="tag fresh">running</span> : <span class="tag stale" title="No live process works on it: its process is gone or its claim's answer was lost. A retry takes it over; it may be force-expired.">owner gone</span>}</td>
-      <td data-label="Tenant" class="mono" safe>{entry.tenant}</td>
-      <td data-label="Key" class="key"><a href={escapeHtml(detail)} safe>{entry.key}</a></td>
-      <td data-label="Route" class="mono" safe>{`${entry.method} ${entry.path}`}</td>
+      <td data-label="Tenant" class="mono" safe>{visibleText(entry.tenant)}</td>
+      <td data-label="Key" class="key"><a href={escapeHtml(detail)} safe>{visibleText(entry.key)}</a></td>
+      <td data-label="Route" class="mono" safe>{visibleText(`${entry.method} ${entry.path}`)}</td>
       <td data-label="Age" class="num" title={escapeHtml(`lease taken ${formatTime(entry.lockedAt)}`)} safe>{formatAge(entry.ageSeconds)}</td>
       <td data-label="Attempts" class="num">{entry.attempts}</td>
       <td data-label="Lease" class="num mono" safe>{entry.lease}</td>

@@ -3,6 +3,7 @@
  * provider call may have charged with nobody told yet, each with the
  * downstream key to ask the provider with (operations/released.ts).
  */
+import { visibleText } from '../../characters'
 import { escapeHtml } from '@kitajs/html'
 import type { ReleaseReason } from '../../core/release'
 import { formatTime } from '../../operations/format'
@@ -54,9 +55,9 @@ export function ReleasedPage(props: ReleasedPageProps): JSX.Element {
             {props.keys.map((key) => (
               <tr>
                 <td data-label="Released" class="mono" safe>{`${formatTime(key.releasedAt)}${key.pastRetention ? ' (past retention)' : ''}`}</td>
-                <td data-label="Tenant" class="mono" safe>{key.tenant}</td>
-                <td data-label="Key" class="key"><a href={escapeHtml(keyHref(key.tenant, key.key))} safe>{key.key}</a></td>
-                <td data-label="Request" safe>{key.summary ? summaryText(key.summary) : `${key.method} ${key.path}`}</td>
+                <td data-label="Tenant" class="mono" safe>{visibleText(key.tenant)}</td>
+                <td data-label="Key" class="key"><a href={escapeHtml(keyHref(key.tenant, key.key))} safe>{visibleText(key.key)}</a></td>
+                <td data-label="Request" safe>{key.summary ? summaryText(key.summary) : visibleText(`${key.method} ${key.path}`)}</td>
                 <td data-label="Attempts" class="num">{key.attempts}</td>
                 <td data-label="Downstream" class="mono" safe>{key.downstreamKey}</td>
               </tr>

@@ -1,4 +1,5 @@
 /** The alert runbooks (admin/runbooks.ts): the index, and one alert's section of docs/how-to/on-call.md. */
+import { visibleText } from '../../characters'
 import { escapeHtml } from '@kitajs/html'
 import { Layout, type Operator } from '../layout'
 import { runbookPath, type Runbook } from '../runbooks'
@@ -8,7 +9,7 @@ export function RunbookIndexPage({ operator, runbooks, missing }: { operator: Op
   return (
     <Layout title="Runbooks · admin" operator={operator}>
       <h2>Alert runbooks</h2>
-      {missing !== undefined ? <p class="error" id="missing">No runbook for <code safe>{missing}</code>; these are the ones there are.</p> : ''}
+      {missing !== undefined ? <p class="error" id="missing">No runbook for <code safe>{visibleText(missing)}</code>; these are the ones there are.</p> : ''}
       <p class="muted">One per alert of dashboards/prometheus-rules.yml and grafana-alerts.yml (their runbook_url points here), from docs/how-to/on-call.md.</p>
       <ul id="runbooks">
         {runbooks.map((runbook) => <li><a href={escapeHtml(runbookPath(runbook.alert))} safe>{runbook.alert}</a></li>)}

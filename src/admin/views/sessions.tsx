@@ -1,4 +1,5 @@
 /** Open admin sessions: who, from where, since when, last seen; each can be ended. */
+import { visibleText } from '../../characters'
 import { escapeHtml } from '@kitajs/html'
 import { formatTime } from '../../operations/format'
 import { SESSION_IDLE_SECONDS } from '../sessions'
@@ -37,12 +38,12 @@ export function SessionsPage({ operator, sessions, current, ended }: SessionsPag
             <tr>
               <td data-label="Session" class="num" safe>{`#${session.id}`}</td>
               <td data-label="Operator">
-                <span safe>{session.operator}</span>
-                {session.note ? <span class="muted" safe>{` (${session.note})`}</span> : ''}
+                <span safe>{visibleText(session.operator)}</span>
+                {session.note ? <span class="muted" safe>{` (${visibleText(session.note)})`}</span> : ''}
                 {session.id === current ? <span class="tag fresh">this browser</span> : ''}
                 {session.revoked ? <div class="muted" safe>{REVOKED[session.revoked]}</div> : ''}
               </td>
-              <td data-label="Address" class="mono" safe>{session.address}</td>
+              <td data-label="Address" class="mono" safe>{visibleText(session.address)}</td>
               <td data-label="Started" class="mono" safe>{formatTime(session.startedAt)}</td>
               <td data-label="Last seen" class="mono" safe>{formatTime(session.lastSeenAt)}</td>
               <td data-label="" class="actions">

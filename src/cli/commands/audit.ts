@@ -6,7 +6,7 @@ import * as json from '../../operations/json'
 import { positiveInt } from '../arguments'
 import type { CliContext } from '../context'
 import { RefusedError } from '../io'
-import { printable } from '../output'
+import { visibleJson } from '../../characters'
 
 export function addAuditCommand(program: Command, { out: { print, printJson, table }, withOperations }: CliContext): void {
   program.command('audit')
@@ -25,7 +25,7 @@ export function addAuditCommand(program: Command, { out: { print, printJson, tab
         if (!entry) throw new RefusedError(`no audit entry ${id}`)
         if (options.json) return printJson(json.auditJson(entry))
         table([['id', entry.id], ['when', formatTime(entry.at)], ['who', entry.actor], ['action', entry.action], ['tenant', entry.tenant ?? '-'], ['key', entry.key ?? '-'], ['outcome', entry.outcome]])
-        print(printable(JSON.stringify(entry.detail ?? {}, null, 2)))
+        print(visibleJson(JSON.stringify(entry.detail ?? {}, null, 2)))
         return
       }
       const filters = parseAuditFilters({ actor: options.by, action: options.action, tenant: options.tenant, key: options.key, before: options.before })

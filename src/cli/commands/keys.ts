@@ -1,8 +1,7 @@
 /** Reading keys: list (in processing, stale first), counts, show (one key in any state). */
 import type { Command } from 'commander'
-import { visibleBidi } from '../../characters'
 import { parseKeyFilters } from '../../operations'
-import { ownerText, previewText } from '../../operations/describe'
+import { ownerText, previewText, summaryText } from '../../operations/describe'
 import { formatAge, formatTime } from '../../operations/format'
 import * as json from '../../operations/json'
 import { MAX_PAGE_SIZE } from '../../operations/list'
@@ -66,12 +65,12 @@ export function addKeyCommands(program: Command, { out: { print, printJson, tabl
         ['owner', ownerText(detail)],
         ['completed', time(detail.completedAt)],
         ['released', `${time(detail.releasedAt)}${detail.releaseReason ? ` (${detail.releaseReason})` : ''}`],
-        ['summary', detail.summary ? visibleBidi(JSON.stringify(detail.summary)) : '-'],
+        ['summary', detail.summary ? summaryText(detail.summary) : '-'],
         ['replayed until', time(detail.retentionEndsAt)],
         ['request id', detail.httpRequestId ?? '-'],
         ['execution id', detail.requestId],
         ['downstream key', detail.downstreamKey],
-        ['payment', detail.payment ? visibleBidi(`${detail.payment.id}: ${detail.payment.amount} ${detail.payment.currency} for ${detail.payment.customer}, charge ${detail.payment.providerReference}`) : '-'],
+        ['payment', detail.payment ? `${detail.payment.id}: ${detail.payment.amount} ${detail.payment.currency} for ${detail.payment.customer}, charge ${detail.payment.providerReference}` : '-'],
       ])
       print()
       print(previewText(detail))

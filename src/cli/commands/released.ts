@@ -1,8 +1,8 @@
 /** Keys released after a failed execution, by reason (above all after their deadline: the provider may have charged). */
 import type { Command } from 'commander'
-import { visibleBidi } from '../../characters'
 import { RELEASE_REASONS } from '../../core/release'
 import { parseReleaseReason } from '../../operations'
+import { summaryText } from '../../operations/describe'
 import { formatTime } from '../../operations/format'
 import * as json from '../../operations/json'
 import { MAX_PAGE_SIZE } from '../../operations/list'
@@ -27,7 +27,7 @@ export function addReleasedCommand(program: Command, { out: { print, printJson, 
       if (page.keys.length === 0) print(`no key released with reason ${reason}`)
       else table([
         ['RELEASED (UTC)', 'TENANT', 'KEY', 'ATTEMPTS', 'SUMMARY', 'DOWNSTREAM KEY'],
-        ...page.keys.map((key) => [formatTime(key.releasedAt), key.tenant, key.key, String(key.attempts), key.summary ? visibleBidi(JSON.stringify(key.summary)) : '-', key.downstreamKey]),
+        ...page.keys.map((key) => [formatTime(key.releasedAt), key.tenant, key.key, String(key.attempts), key.summary ? summaryText(key.summary) : '-', key.downstreamKey]),
       ])
       if (page.nextCursor) print(`more: add --cursor ${page.nextCursor}`)
     }))
