@@ -7,7 +7,7 @@ import { payment, postPayment } from '../support/http'
 import { startServer, type ServerProcess } from '../support/server'
 import { exportedNames, generatedExpressions, metricNames } from './promql'
 
-test('the committed dashboard, Grafana alerts and Prometheus rules are what `npm run dashboards` generates', () => {
+test('the committed dashboard, Grafana alerts, Prometheus rules and Alertmanager routing are what `npm run dashboards` generates', () => {
   for (const [path, text] of Object.entries(renderAll())) {
     const committed = readFileSync(path, 'utf8')
     if (committed !== text) throw new Error(`${relative(process.cwd(), path)} is stale: run \`npm run dashboards\` and commit the result`)

@@ -26,8 +26,22 @@
  * 6. a hung provider is seen before the first deadline, at the documented
  *    15 s scrapes and the shipped 5 s evaluation;
  * 7. one outage pages once (readiness), and the 5xx alert never pages for it.
+ *
+ * Prometheus sends to a real Alertmanager running dashboards/alertmanager.yml
+ * with every timing as shipped, its receivers pointed at a webhook of this
+ * file (alertmanager-variants.ts), and the drills of issue 43 follow the
+ * notifications to it:
+ * 6. the hung provider's page is delivered before the request's deadline;
+ * 7. the outage (the `outage` instance not ready, a twin of the job down
+ *    meanwhile: NotReady and TargetDown) is delivered as one notification,
+ *    and its resolution within 30 s of the fix;
+ * 5. the tenant held at its limit is a ticket, never a page;
+ * 8. a stale key's page is delivered, and resolved after a force-expire.
+ * ALERTMANAGER_DRILL_VARIANT (no-inhibition, default-timings, defaults,
+ * one-route) runs them against a broken copy (alertmanager-variants.ts), to
+ * watch them fail.
  * Each drill times its events from its fault (polled every 250 ms) and the
- * file prints them; docs/observability.md has one run's figures.
+ * file prints them; docs/reference/alerts.md has one run's figures.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { readFileSync } from 'node:fs'
@@ -38,9 +52,12 @@ import { SCRAPE_JOB } from '../../dashboards/queries'
 import { executionBudgetMs } from '../../src/core/policy'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
-import { startProvider, startServer, type ProviderHandle, type ServerProcess } from '../support/server'
+import { ADMIN_TOKEN, startProvider, startServer, type ProviderHandle, type ServerProcess } from '../support/server'
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy'
 import { waitForValue } from '../support/wait'
+import { startAlertmanager, startWebhook, type Delivery, type RealAlertmanager, type Webhook } from '../support/alertmanager'
+import { createKey, identity } from '../support/keys'
+import { drillAlertmanagerConfig, drillVariant } from './alertmanager-variants'
 import { startPrometheusWith, type PromAlert, type RealPrometheus } from './prometheus'
 
 const JOB = SCRAPE_JOB
@@ -52,6 +69,14 @@ const PAY_TTL_SECONDS = 30
 const RESTART_TTL_SECONDS = 15
 /** The tenant alert's `for` in this file only (shipped: 10 m). */
 const TENANT_FOR = '5s'
+/**
+ * The target-down alert's `for` in this file only (shipped: 2 m): still longer
+ * than the readiness alert's 30 s, as shipped, so that the twin's target-down
+ * fires after the outage has paged, as it does in production.
+ */
+const TARGET_DOWN_FOR = '40s'
+/** The promise of issue 43: an outage's resolution reaches the person within 30 s of the fix. */
+const RESOLVED_WITHIN_SECONDS = 30
 
 // ---------------------------------------------------------------- a provider the drills script by customer
 
@@ -146,6 +171,25 @@ function anotherTeam(kind: 'errors' | 'broken') {
   return { host: `127.0.0.1:${server.port}`, stop: () => server.stop(true) }
 }
 
+// ---------------------------------------------------------------- a twin of the outage instance
+
+/**
+ * Another instance of the job, reduced to its scrape target (an empty
+ * /metrics): `down()` during the outage, as an instance restarted then (a
+ * deploy, an orchestrator acting on /readyz) stays down, the service refusing
+ * to start without its database; `up()` at the fix, on the same port.
+ */
+function twinInstance() {
+  const serve = (port: number) => Bun.serve({ hostname: '127.0.0.1', port, fetch: () => new Response('', { headers: { 'content-type': 'text/plain; version=0.0.4' } }) })
+  let server: ReturnType<typeof serve> | undefined = serve(0)
+  const port = server.port!
+  return {
+    host: `127.0.0.1:${port}`,
+    down() { void server?.stop(true); server = undefined },
+    up() { server ??= serve(port) },
+  }
+}
+
 // ---------------------------------------------------------------- what Prometheus said, when
 
 interface Seen {
@@ -197,6 +241,20 @@ function waitAlert(match: Match, state: 'pending' | 'firing' | 'resolved', timeo
     })
 }
 
+// ---------------------------------------------------------------- what reached the person
+
+/** The alerts of a notification that match `match`, in `status`. */
+const alertsIn = (delivery: Delivery, match: Match, status: 'firing' | 'resolved') => delivery.alerts.filter((alert) => alert.status === status && matches(alert.labels, match))
+const describeDeliveries = () => webhook.deliveries.map((d) => `${d.path} +${since(started, d.at)} s: ${d.alerts.map((a) => `${a.labels.alertname}{${a.labels.job}, ${a.labels.instance ?? a.labels.tenant ?? ''}} ${a.status}`).join(', ')}`).join('\n  ')
+
+/** Waits for a notification (on either receiver's path, received at `after` or later) carrying an alert matching `match` in `status`. */
+function waitDelivery(match: Match, status: 'firing' | 'resolved', timeoutMs: number, after = 0): Promise<Delivery> {
+  return waitForValue(`a notification of ${JSON.stringify(match)} ${status}`, () => webhook.deliveries.find((d) => d.at >= after && alertsIn(d, match, status).length > 0), timeoutMs, 100)
+    .catch((error: unknown) => {
+      throw new Error(`${error}\nnotifications (s from the start):\n  ${describeDeliveries()}\n--- alertmanager log ---\n${alertmanager.log()}`)
+    })
+}
+
 /** Measured times, by drill: printed at the end. */
 const timings: { drill: string; event: string; seconds: number }[] = []
 const since = (from: number, at: number | undefined) => (at === undefined ? Number.NaN : Math.round((at - from) / 100) / 10)
@@ -216,6 +274,10 @@ let tenants: ServerProcess
 let outage: ServerProcess
 let restart: ServerProcess
 let prometheus: RealPrometheus
+let alertmanager: RealAlertmanager
+let webhook: Webhook
+const twin = twinInstance()
+const started = Date.now()
 /** The provider alert's rule group as shipped, for the job scraped every 15 s. */
 let provider15s: ReturnType<typeof prometheusRules>
 const others = [anotherTeam('errors'), anotherTeam('broken')]
@@ -242,16 +304,23 @@ beforeAll(async () => {
   const rules = prometheusRules({ adminUrl: outage.url, job: JOB })
   for (const group of rules.groups) {
     group.interval = '1s'
-    for (const rule of group.rules) if (rule.alert === 'IdempotencyTenantHeldAtLimit') rule.for = TENANT_FOR
+    for (const rule of group.rules) {
+      if (rule.alert === 'IdempotencyTenantHeldAtLimit') rule.for = TENANT_FOR
+      if (rule.alert === 'IdempotencyTargetDown') rule.for = TARGET_DOWN_FOR
+    }
   }
+  // dashboards/alertmanager.yml, both jobs' routes, every timing as shipped (or the broken copy asked for).
+  webhook = startWebhook()
+  alertmanager = await startAlertmanager(drillAlertmanagerConfig(webhook.url, [JOB, JOB_15S], drillVariant()))
   // The provider group exactly as shipped (5 s), for the job scraped every 15 s.
   provider15s = prometheusRules({ adminUrl: outage.url, job: JOB_15S })
   provider15s.groups = provider15s.groups.filter((group) => group.rules.some((rule) => rule.alert === 'IdempotencyProviderSlow'))
   prometheus = await startPrometheusWith({
     ruleFiles: [rules, provider15s],
+    alertmanagers: [alertmanager.host],
     jobs: [
       // 2 s: while a database hangs, a scrape waits out the gauges' 1.25 s query deadline (metrics/gauges.ts)
-      { job: JOB, targets: [pay, tenants, outage, restart].map(host), interval: '2s', timeout: '1900ms' },
+      { job: JOB, targets: [...[pay, tenants, outage, restart].map(host), twin.host], interval: '2s', timeout: '1900ms' },
       { job: JOB_15S, targets: [host(pay)], interval: '15s', timeout: '10s' },
       { job: OTHER_JOB, targets: others.map((other) => other.host), interval: '2s', timeout: '1900ms' },
     ],
@@ -265,6 +334,7 @@ beforeAll(async () => {
   run('tenant', tenantDrill)
   run('outage', outageDrill)
   run('restart', restartDrill)
+  run('stale', staleDrill)
 }, 90_000)
 
 afterAll(async () => {
@@ -275,6 +345,9 @@ afterAll(async () => {
   restartProvider?.releaseAll()
   await Promise.allSettled([recorder, ...loops])
   await prometheus?.stop()
+  await alertmanager?.stop()
+  webhook?.stop()
+  twin.down()
   await Promise.allSettled([pay, tenants, outage, restart].map((server) => server?.stop()))
   await Promise.allSettled([payProvider?.stop(), restartProvider?.stop(), ...others.map((other) => other.stop())])
   proxy?.stop()
@@ -364,11 +437,18 @@ async function providerDrill(): Promise<void> {
   const fast = await waitAlert(at2s, 'firing', 30_000)
   const shipped = await waitAlert(at15s, 'firing', 40_000)
   const answer = await hung
+  // Issue 43: the page reaches the person (the webhook) before that deadline, through the shipped routes.
+  const paged15s = await waitDelivery(at15s, 'firing', 60_000)
+  const paged2s = await waitDelivery(at2s, 'firing', 10_000)
   const deadline = executionBudgetMs(PAY_TTL_SECONDS) / 1000
   note('6 hung provider', `threshold for ${PAY_TTL_SECONDS} s TTL (from the rule)`, threshold)
   note('6 hung provider', 'firing (2 s scrapes, 1 s evaluation)', since(hang, fast.firingAt))
+  note('6 hung provider', 'page delivered (2 s scrapes, 1 s evaluation)', since(hang, paged2s.at))
   note('6 hung provider', 'firing (15 s scrapes, shipped 5 s evaluation, worst scrape phase)', since(hang, shipped.firingAt))
+  note('6 hung provider', 'page delivered (15 s scrapes, shipped 5 s evaluation, worst scrape phase)', since(hang, paged15s.at))
   note('6 hung provider', `the request's deadline (${answer.status})`, since(hang, answer.at))
+  expect({ path: paged15s.path, deliveredBeforeDeadline: paged15s.at < answer.at }).toEqual({ path: '/page', deliveredBeforeDeadline: true })
+  expect({ path: paged2s.path, deliveredBeforeDeadline: paged2s.at < answer.at }).toEqual({ path: '/page', deliveredBeforeDeadline: true })
   expect(answer.status).toBe(504)
   expect(since(hang, answer.at)).toBeGreaterThanOrEqual(deadline - 0.5)
   // Paged before the request waiting on the hung call reached its deadline, at the documented intervals.
@@ -401,11 +481,16 @@ async function tenantDrill(): Promise<void> {
   const shipped = (Bun.YAML.parse(readFileSync(OUTPUTS.prometheusRules, 'utf8')) as { groups: { rules: { alert: string; expr: string; for: string }[] }[] })
     .groups.flatMap((group) => group.rules).find((rule) => rule.alert === 'IdempotencyTenantHeldAtLimit')!
   const verbatim = await prometheus.query(shipped.expr)
+  // Issue 43: a ticket, batched (the ticket route's group_wait), never a page; the tenant is refused until it is out.
+  const notified = await waitDelivery(ours, 'firing', 120_000)
   seenEnough = true
   await Promise.all([...hammer.map((h) => h.done), calm.done])
   note('5 tenant held at its limit', 'tenant-labelled counter in Prometheus', since(fault, countedAt))
   note('5 tenant held at its limit', `pending (test copy, for ${TENANT_FOR})`, since(fault, pending.pendingAt))
   note('5 tenant held at its limit', `firing (test copy, for ${TENANT_FOR})`, since(fault, firing.firingAt))
+  note('5 tenant held at its limit', `notified on ${notified.path}`, since(fault, notified.at))
+  expect(notified.path).toBe('/ticket')
+  expect(webhook.deliveries.filter((d) => d.path === '/page' && alertsIn(d, ours, 'firing').length > 0)).toEqual([])
   expect(counted.map((series) => [series.metric.tenant, series.metric.reason])).toEqual([['globex', 'rate_limited']])
   expect(hammer.flatMap((h) => h.answers).filter((answer) => answer.status === 429).length).toBeGreaterThan(100)
   expect(calm.answers.every((answer) => answer.status === 201)).toBe(true)
@@ -435,6 +520,7 @@ async function outageDrill(): Promise<void> {
   proxy.freeze() // every connection of this instance to its database hangs, and so does every new one
   const ready = { alertname: 'IdempotencyNotReady', ...instance }
   const pending = await waitAlert(ready, 'pending', 60_000)
+  twin.down() // restarted once its readiness failed too, the twin cannot start without its database
   const firing = await waitAlert(ready, 'firing', (OUTAGE_PAGE_WITHIN_SECONDS + 30) * 1000)
   // Drill 2: the page's runbook link, as it is, opens while the database is unreachable.
   const runbook = await fetch(firing.annotations.runbook_url!)
@@ -454,10 +540,29 @@ async function outageDrill(): Promise<void> {
   expect(paying.answers().map((answer) => answer.status)).toContain(503)
   expect(Number(await prometheus.instant(`sum(increase(http_requests_total{${`job="${JOB}", instance="${host(outage)}"`}, route="/api/payments", status="503"}[1m]))`))).toBeGreaterThanOrEqual(3)
 
+  // Issue 43: the page is delivered; the twin's target-down fires later and is held back (inhibited), not a second notification.
+  const paged = await waitDelivery(ready, 'firing', 60_000)
+  const twinDown = { alertname: 'IdempotencyTargetDown', job: JOB, instance: twin.host }
+  const twinFiring = await waitAlert(twinDown, 'firing', 90_000)
+  await waitForValue('Alertmanager to hold the twin\'s target-down back, inhibited by the outage\'s readiness page', async () =>
+    (await alertmanager.alerts()).find((alert) => matches(alert.labels, twinDown) && alert.status.state === 'suppressed' && alert.status.inhibitedBy.length > 0), 20_000, 250)
+    .catch((error: unknown) => { throw new Error(`${error}\nnotifications (s from the start):\n  ${describeDeliveries()}`) })
+  note('2 and 7 database outage', 'readiness: page delivered', since(fault, paged.at))
+  note('2 and 7 database outage', `the twin's target-down: firing (test copy, for ${TARGET_DOWN_FOR}), held back`, since(fault, twinFiring.firingAt))
+  // The fix: the twin's restart succeeds, then the database is back (the order that leaves no doubt whether the
+  // twin's page is due: a twin still down once the database is back pages, as it should).
+  const fixed = Date.now()
+  twin.up()
+  await waitAlert(twinDown, 'resolved', 30_000)
+  await waitForValue('Alertmanager to see the twin\'s target-down resolved', async () => !(await alertmanager.alerts()).some((alert) => matches(alert.labels, twinDown)), 20_000, 250)
   const thaw = Date.now()
   proxy.thaw()
   const resolved = await waitAlert(ready, 'resolved', 60_000)
   note('2 and 7 database outage', 'readiness: resolved (after the database came back)', since(thaw, resolved.resolvedAt))
+  const told = await waitDelivery(ready, 'resolved', (RESOLVED_WITHIN_SECONDS + 30) * 1000, thaw)
+  note('2 and 7 database outage', 'resolution delivered (from the database\'s return)', since(thaw, told.at))
+  note('2 and 7 database outage', 'resolution delivered (from the twin\'s restart)', since(fixed, told.at))
+  expect(since(thaw, told.at)).toBeLessThanOrEqual(RESOLVED_WITHIN_SECONDS)
   const back = paying.answers().length
   await waitForValue('a payment to succeed again', () => paying.answers().slice(back).some((answer) => answer.status === 201), 30_000, 100)
   // The minute after: the 5xx window still holds the outage's 503s; no second page comes of them.
@@ -468,6 +573,14 @@ async function outageDrill(): Promise<void> {
   // query's 10 m ticket, IdempotencyGaugesRefreshFailing, may have been pending meanwhile.)
   const outageAlerts = seenAlerts(instance).map((seen) => seen.labels.alertname).filter((name) => name !== 'IdempotencyGaugesRefreshFailing')
   expect(outageAlerts).toEqual(['IdempotencyNotReady'])
+  // What reached the person of the outage, its instance and its twin: one page, then its resolution (which may
+  // list the twin's target-down as resolved too: held back while it fired, it is still in the outage's group).
+  const ofOutage = (d: Delivery) => d.alerts.filter((a) => a.labels.job === JOB && (a.labels.instance === host(outage) || a.labels.instance === twin.host))
+  const notifications = webhook.deliveries.filter((d) => ofOutage(d).length > 0).map((d) => ({ path: d.path, alerts: ofOutage(d).map((a) => `${a.labels.alertname} ${a.status}`) }))
+  expect(notifications.map((n) => n.path)).toEqual(['/page', '/page'])
+  expect(notifications[0]!.alerts).toEqual(['IdempotencyNotReady firing'])
+  expect(notifications[1]!.alerts).toContain('IdempotencyNotReady resolved')
+  expect(notifications[1]!.alerts.filter((alert) => !alert.endsWith(' resolved'))).toEqual([])
 }
 
 // ---------------------------------------------------------------- drill 3: a graceful restart mid-burst
@@ -515,16 +628,46 @@ async function restartDrill(): Promise<void> {
   expect(Object.fromEntries(releases.map((series) => [series.metric.reason, series.value]))).toEqual({ shutdown: 2, deadline: 2 })
 }
 
+// ---------------------------------------------------------------- drill 8: a stale key's page, resolved by a force-expire
+
+async function staleDrill(): Promise<void> {
+  await scraped(tenants)
+  // A key its worker left in processing ten minutes ago (a crash): stale whatever TTL the instances run with.
+  const key = `drill-stale-${crypto.randomUUID()}`
+  await createKey(main.sql, identity({ tenant: 'acme', key }), { status: 'processing', lockedAt: new Date(Date.now() - 600_000) })
+  const fault = Date.now()
+  const ours = { alertname: 'IdempotencyStaleProcessingKeys', job: JOB, tenant: 'acme' }
+  const firing = await waitAlert(ours, 'firing', 90_000)
+  const paged = await waitDelivery(ours, 'firing', 60_000)
+  // The operator force-expires it (the admin API, as the page's button does).
+  const expiredAt = Date.now()
+  const expire = await fetch(`${tenants.url}/admin/api/keys/expire-stale`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ tenant: 'acme' }),
+  })
+  const expired = await expire.json() as { expired: number }
+  const resolved = await waitDelivery(ours, 'resolved', 60_000, expiredAt)
+  note('8 stale key', 'firing (shipped for 30 s)', since(fault, firing.firingAt))
+  note('8 stale key', 'page delivered', since(fault, paged.at))
+  note('8 stale key', 'resolution delivered (from the force-expire)', since(expiredAt, resolved.at))
+  expect({ status: expire.status, expired: expired.expired }).toEqual({ status: 200, expired: 1 })
+  expect(paged.path).toBe('/page')
+  expect(since(expiredAt, resolved.at)).toBeLessThanOrEqual(RESOLVED_WITHIN_SECONDS)
+}
+
 // ---------------------------------------------------------------- the tests: one per drill
 
 test('drill 1: another job\'s 5xx pages nobody; this job\'s page, with job and instance', () => outcome('5xx'), 150_000)
-test('drill 6: a hung provider pages before its request reaches the deadline, with 15 s scrapes and the shipped 5 s evaluation', () => outcome('provider'), 150_000)
-test('drill 5: a tenant held at its limit shows in its tenant-labelled counter, and its alert goes pending, then firing', () => outcome('tenant'), 150_000)
-test('drills 2 and 7: a database outage pages once, as readiness, whose runbook opens while the database is unreachable', () => outcome('outage'), 200_000)
+test('drill 6: a hung provider pages before its request reaches the deadline, with 15 s scrapes and the shipped 5 s evaluation, and the page reaches the webhook before it', () => outcome('provider'), 150_000)
+test('drill 5: a tenant held at its limit shows in its tenant-labelled counter, and its alert goes pending, then firing, and reaches the webhook as a ticket, not a page', () => outcome('tenant'), 150_000)
+test('drills 2 and 7: a database outage pages once, as readiness, whose runbook opens while the database is unreachable; one notification (a twin\'s target-down inhibited), its resolution within 30 s of the fix', () => outcome('outage'), 200_000)
 test('drill 3: SIGTERM mid-burst: the last scrape counts every answer the clients got, 5xx included', () => outcome('restart'), 150_000)
+test('drill 8: a stale key\'s page reaches the webhook, and its resolution after a force-expire', () => outcome('stale'), 150_000)
 
 test('no alert of another job, ever; every alert of ours carries its job', () => {
   const all = [...history.values()]
   expect(all.filter((seen) => seen.labels.job !== JOB && seen.labels.job !== JOB_15S).map((seen) => seen.labels)).toEqual([])
+  console.log(`notifications (s from the start; Alertmanager variant ${drillVariant()}):\n  ${describeDeliveries()}`)
   console.log(`drill timings (s, from each drill's fault; polled every 0.25 s):\n${timings.map((t) => `  ${t.drill}: ${t.event}${Number.isNaN(t.seconds) ? '' : ` ${t.seconds}`}`).join('\n')}`)
 })
