@@ -34,7 +34,7 @@ import { parseIdempotencyKey } from '../http/idempotency-key'
 import type { InFlight } from '../http/in-flight'
 import { recoverLostClaim } from '../http/lost-claim'
 import { notify, type IdempotencyHooks, type Outcome } from '../http/outcomes'
-import { defineProblems, PLUGIN_PROBLEMS, problem, problemResponse, type Problem } from '../http/problem'
+import { problem, problemResponse, type Problem } from '../http/problem'
 import { ReplayCache } from '../http/replay-cache'
 import { requestIdOf, requestLogger } from '../http/request-id'
 import type { IdempotencyPools } from '../http/route'
@@ -47,15 +47,9 @@ import { readBody } from './body'
 import { replay, toStored } from './stored'
 import type { GatewayMetrics } from './metrics'
 import { routeFor, type GatewayRoute } from './routes'
+import { GATEWAY_PROBLEMS as ALL_PROBLEMS } from './problems'
 import { tenantOf } from './tenant'
 
-/** The gateway's own refusals, beside the plugin's (422, 409, 400, 413, 503). */
-export const GATEWAY_PROBLEMS = defineProblems({
-  'upstream-unreachable': { status: 502, title: 'Upstream unreachable', detail: 'The upstream refused the connection; nothing was sent. The key was released: retry with the same Idempotency-Key.', retryAfterSeconds: 1 },
-  'upstream-outcome-unknown': { status: 502, title: 'Upstream outcome unknown', detail: 'The request was sent to the upstream and its answer was lost.' },
-  'upstream-timeout': { status: 504, title: 'Upstream timed out', detail: 'The upstream did not answer before the deadline.' },
-})
-const ALL_PROBLEMS = PLUGIN_PROBLEMS.with(GATEWAY_PROBLEMS)
 
 /** As the plugin's (http/idempotency.ts): 5 s for a claim, queueing included, then 503. */
 const CLAIM_TIMEOUT_MS = 5_000

@@ -85,7 +85,8 @@ test.skipIf(!npm)('the tarball: what the entry points import, the engine\'s SQL,
     .flatMap((target) => (typeof target === 'string' ? [target] : Object.values(target))).map((path) => path.replace(/^\.\//, ''))
   expect(named.filter((path) => !tarball.files.includes(path))).toEqual([])
   expect(tarball.files.filter((file) => /^(test|bench|docs|dashboards|examples|\.ci|node_modules|\.data)\//.test(file) || /\.test\.ts$/.test(file) || /\.png$/.test(file))).toEqual([])
-  expect(tarball.size).toBeLessThan(200_000)
+  // A ceiling that a stray data file, image or bundle would break; 0.3.0 packs to about 212 KB (its config schema and settings code, the secret estimator, a longer CHANGELOG).
+  expect(tarball.size).toBeLessThan(250_000)
   // dependencies: exactly the packages the entry points import, less the peers (one Elysia, one TypeBox: the app's).
   const external = new Set<string>()
   for (const input of Object.values(build.metafile!.inputs))

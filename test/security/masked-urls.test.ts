@@ -7,6 +7,7 @@
  * everything it prints (banner, log lines at debug, a failed charge's lines,
  * the stop), of its `--help`, and of a refused start.
  */
+import postgres from 'postgres'
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { looksLikeToken, maskedUrl } from '../../src/store/masked-url'
 import { createTestDatabase, type TestDatabase } from '../support/db'
@@ -38,20 +39,28 @@ const secretOf = (tag: string) => `${tag}_${CANARY}_${'x'.repeat(12)}`
 
 let db: TestDatabase
 let provider: ProviderHandle
+/**
+ * A role whose password carries the canary, made for this test: the server may check passwords (the embedded
+ * one does) or ignore them (trust), and either way the canary must reach the process and never come out of it.
+ */
+const canaryRole = `masked_canary_${crypto.randomUUID().slice(0, 8)}`
 beforeAll(async () => {
   db = await createTestDatabase('masked_urls')
   provider = await startProvider()
+  await db.sql.unsafe(`create role ${canaryRole} login superuser password '${secretOf('dbpw')}'`)
 })
 afterAll(async () => {
   await provider?.stop()
   await db?.drop()
+  const admin = postgres(process.env.DATABASE_URL!, { max: 1, onnotice: () => undefined })
+  await admin.unsafe(`drop role if exists ${canaryRole}`).finally(() => admin.end())
 })
 
 /** Every setting that can carry a URL, a canary in each part that may hold a secret (in the path: a token-shaped segment, the kind masked-url.ts recognises). */
 function canaryEnv(): Record<string, string> {
   const database = new URL(db.url)
-  database.username = 'postgres'
-  database.password = secretOf('dbpw') // trust authentication: PostgreSQL ignores it, the service must not print it
+  database.username = canaryRole
+  database.password = secretOf('dbpw')
   database.searchParams.set('application_name', secretOf('dbq'))
   const { host } = new URL(provider.url)
   const query = ['client_secret', 'x-amz-signature', 'api_key', 'sig', 'sk', 'token'].map((name) => `${name}=${secretOf(name)}`).join('&')
@@ -76,7 +85,8 @@ test('the real process prints no canary: banner, debug log lines, a failed charg
     })
     expect(paid.status).toBeGreaterThanOrEqual(400)
     const banner = output()
-    expect(banner).toMatch(/database +postgres:\/\/\*\*\*:\*\*\*@127\.0\.0\.1:5432\/idem_masked_urls_[0-9a-f]{8}\?application_name=\*\*\*/)
+    // The server's own parameters (the embedded one's sslmode) come first, each masked too.
+    expect(banner).toMatch(/database +postgres:\/\/\*\*\*:\*\*\*@127\.0\.0\.1:\d+\/idem_masked_urls_[0-9a-f]{8}\?(?:[a-z_]+=\*\*\*&)*application_name=\*\*\*\n/)
     expect(banner).toMatch(/provider +http:\/\/\*\*\*:\*\*\*@127\.0\.0\.1:\d+\/v1\/\*\*\*\?client_secret=\*\*\*&x-amz-signature=\*\*\*&api_key=\*\*\*&sig=\*\*\*&sk=\*\*\*&token=\*\*\*#\*\*\*/)
   } finally {
     proc.kill('SIGTERM')
