@@ -90,14 +90,16 @@ function warnOnChangedSettings(log: Logger, previous: ServerSettings | undefined
  */
 export async function runServer(config: Config, databaseUrl: string, options: RunOptions): Promise<number> {
   const { log } = options
-  const pools = openPools(databaseUrl, { applicationName: `idempotent-post:${process.pid}`, pgbouncer: config.databasePgbouncer })
+  // The operator's database as the start check resolved it (TLS included), the embedded one by its URL (store/connection-settings.ts).
+  const database = databaseUrl === config.databaseUrl ? config.databaseConnection ?? databaseUrl : databaseUrl
+  const pools = openPools(database, { applicationName: `idempotent-post:${process.pid}`, pgbouncer: config.databasePgbouncer })
   const metrics = createMetrics(undefined, { ttlSeconds: config.ttlSeconds })
   collectProcessMetrics(metrics.registry)
   const removeLastResort = installLastResort(metrics.registry)
   const gauges = new DatabaseGauges({ sql: pools.short, ttlSeconds: config.ttlSeconds, tenants: [...new Set(config.apiKeys.values())], cacheMs: config.metricsCacheMs, log })
   const cluster = config.workers > 1 && ClusterMetrics.available() ? new ClusterMetrics(metrics.registry) : undefined
   const inFlight = new InFlight()
-  const health = new DatabaseHealth(databaseUrl, `idempotent-post:${process.pid}:health`, { pgbouncer: config.databasePgbouncer })
+  const health = new DatabaseHealth(database, `idempotent-post:${process.pid}:health`, { pgbouncer: config.databasePgbouncer })
   // Warns at start (and exports a gauge) when commits are acknowledged before any standby has them.
   const durability = watchDurability({ sql: pools.short, registry: metrics.registry, singleNode: config.databaseUrl === undefined })
   // Operator commands apply the server's TTL and retention, never their shell's (core/settings.ts).

@@ -5,6 +5,7 @@ import type { Sql } from '../core/types'
 import { createLogger } from '../log'
 import { operations, type Operations } from '../operations'
 import { operatorSettings, type GivenSettings, type OperatorSettings } from '../operations/context'
+import type { ConnectionSettings } from '../store/connection-settings'
 import { openPools } from '../store/db'
 import { embeddedDataDir, findRunningEmbedded } from '../store/embedded'
 import { UsageError, type CliIo } from './io'
@@ -32,7 +33,7 @@ async function serverSettings(sql: Sql, io: CliIo, given: GivenSettings): Promis
  * file), else a usage error saying what to do. Never starts one: a server
  * started here would be stopped under a service that adopted it meanwhile.
  */
-function databaseOf(io: CliIo): { url: string; pgbouncer: boolean } {
+function databaseOf(io: CliIo): { database: string | ConnectionSettings; pgbouncer: boolean } {
   let config: ReturnType<typeof loadDatabaseConfig>
   try {
     config = loadDatabaseConfig(io.env)
@@ -40,14 +41,15 @@ function databaseOf(io: CliIo): { url: string; pgbouncer: boolean } {
     if (error instanceof ConfigError) throw new UsageError(error.message)
     throw error
   }
-  if (config.databaseUrl) return { url: config.databaseUrl, pgbouncer: config.databasePgbouncer }
+  // Resolved with this command's environment, as REQUIRE_TLS judged it: the driver reads nothing again (store/connection-settings.ts).
+  if (config.databaseConnection) return { database: config.databaseConnection, pgbouncer: config.databasePgbouncer }
   const where = { dir: config.embeddedDir, relocate: config.embeddedDir === DEFAULT_EMBEDDED_DIR }
   const embedded = findRunningEmbedded(where)
   if (!embedded)
     // Where the data is, not where it would be by default: as root in a private checkout it lives under /var/lib.
     throw new UsageError(`DATABASE_URL is not set, and no embedded PostgreSQL of this checkout is running (data in ${embeddedDataDir(where)}): start the service (npm start), or point DATABASE_URL at its database, e.g. DATABASE_URL=postgres://user@host:5432/db`)
   io.err(`idem: DATABASE_URL is not set: using the embedded PostgreSQL of this checkout (data in ${embedded.dir}, port ${embedded.port})\n`)
-  return { url: embedded.url, pgbouncer: false }
+  return { database: embedded.url, pgbouncer: false }
 }
 
 /**
@@ -56,8 +58,8 @@ function databaseOf(io: CliIo): { url: string; pgbouncer: boolean } {
  * stderr; the pools closed after.
  */
 export async function withOperations<T>(io: CliIo, given: GivenSettings, work: (ops: Operations) => Promise<T>): Promise<T> {
-  const { url, pgbouncer } = databaseOf(io)
-  const pools = openPools(url, { applicationName: 'idempotent-post:cli', shortMax: 2, workMax: 1, pgbouncer })
+  const { database, pgbouncer } = databaseOf(io)
+  const pools = openPools(database, { applicationName: 'idempotent-post:cli', shortMax: 2, workMax: 1, pgbouncer })
   try {
     const settings = await serverSettings(pools.short, io, given)
     // Action lines on stderr: stdout is the command's own output (tables, --json), for a person or a pipe.

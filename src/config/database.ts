@@ -3,7 +3,7 @@
  * may cross the network in plain text (REQUIRE_TLS). A URL is never part of
  * a message: it may hold a password.
  */
-import { splitHosts } from '../store/masked-url'
+import { ConnectionSettingsError, isLoopback, resolveConnection, type ConnectionSettings } from '../store/connection-settings'
 import { ConfigError, DEFAULT_EMBEDDED_DIR, type Env } from './constants'
 import { flag, Problems, text } from './parse'
 import type { Config } from './types'
@@ -11,6 +11,8 @@ import type { Config } from './types'
 /** Where the database is: the part of the configuration the operator CLI shares with the server. */
 export interface DatabaseConfig {
   readonly databaseUrl: string | undefined
+  /** DATABASE_URL and the PG* variables resolved (store/connection-settings.ts): what the driver is given, and what REQUIRE_TLS judged. */
+  readonly databaseConnection?: ConnectionSettings | undefined
   readonly databasePgbouncer: boolean
   /** Data directory of the embedded PostgreSQL, used when DATABASE_URL is unset (EMBEDDED_PG_DIR, default .data/pg). */
   readonly embeddedDir: string
@@ -28,59 +30,50 @@ export interface DatabaseConfig {
  */
 export function loadDatabaseConfig(env: Env = process.env, options: { tls?: boolean } = {}): DatabaseConfig {
   const problems = new Problems()
-  const databaseUrl = problems.take(() => databaseUrlOf(env), undefined)
+  const databaseConnection = problems.take(() => databaseConnectionOf(env), undefined)
   const requireTls = problems.take(() => flag(env, 'REQUIRE_TLS'), false)
   const databasePgbouncer = problems.take(() => flag(env, 'DATABASE_PGBOUNCER'), false)
   const embeddedDir = text(env, 'EMBEDDED_PG_DIR') ?? DEFAULT_EMBEDDED_DIR
-  const databasePlainText = databaseUrl !== undefined && plainTextDatabaseUrl(databaseUrl, env)
-  if (options.tls !== false && requireTls && databasePlainText) problems.add(databasePlainTextRefused())
+  const databasePlainText = databaseConnection?.plainText ?? false
+  if (options.tls !== false && requireTls && databasePlainText) problems.add(databasePlainTextRefused(databaseConnection))
   problems.throwIfAny()
-  return { databaseUrl, databasePgbouncer, embeddedDir, requireTls, databasePlainText }
+  return { databaseUrl: databaseConnection?.url, databaseConnection, databasePgbouncer, embeddedDir, requireTls, databasePlainText }
 }
 
-function databaseUrlOf(env: Env): string | undefined {
+/** DATABASE_URL resolved with the PG* variables, or undefined when unset; a URL the driver would read otherwise than the check is refused, naming its parameter. */
+function databaseConnectionOf(env: Env): ConnectionSettings | undefined {
   const databaseUrl = text(env, 'DATABASE_URL')
-  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl))
-    throw new ConfigError('DATABASE_URL', 'must be a postgres:// or postgresql:// URL')
-  // Parsed here, so a URL the driver cannot read stops the start naming the variable (not "Invalid URL" from deep inside).
-  if (databaseUrl !== undefined && !URL.canParse(splitHosts(databaseUrl).single))
-    throw new ConfigError('DATABASE_URL', 'is not a URL that parses (a password with @, / or : must be percent-encoded); not shown, it may hold a password')
-  return databaseUrl
+  if (databaseUrl === undefined) return undefined
+  try {
+    return resolveConnection(databaseUrl, env)
+  } catch (error) {
+    if (error instanceof ConnectionSettingsError) throw new ConfigError(error.variable, error.reason)
+    throw error
+  }
 }
 
-/** localhost, 127.0.0.0/8 or ::1: a connection that never leaves the host. */
-export function isLoopback(hostname: string): boolean {
-  const host = hostname.replace(/^\[|\]$/g, '').toLowerCase()
-  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
-}
-
-/** The modes in which postgres.js speaks TLS or fails (prefer and allow fall back to plain text). */
-const TLS_MODES = ['require', 'verify-ca', 'verify-full', 'true']
+export { isLoopback }
 
 /**
  * Whether a connection to `url` may cross the network in plain text: a host
  * other than this one (every host of a multi-host URL; a Unix socket never
- * leaves it) and no TLS mode in the URL (`sslmode=`, `ssl=`,
- * `sslrootcert=system`) nor, where the URL names none, in PGSSL, which the
- * driver reads too. The URL is never part of a message: it may hold a password.
+ * leaves it) and no TLS mode that holds (store/connection-settings.ts: the
+ * URL's, else PGSSLMODE or PGSSL). A URL that is refused counts as plain text.
  */
 export function plainTextDatabaseUrl(databaseUrl: string, env: Env = {}): boolean {
-  const { hosts: listed, single } = splitHosts(databaseUrl)
-  let url: URL
   try {
-    url = new URL(single)
+    return resolveConnection(databaseUrl, env).plainText
   } catch {
-    return false
+    return true
   }
-  const hosts = (listed ?? url.host).split(',').map((host) => host.replace(/:\d+$/, ''))
-  if (hosts.every(isLoopback) || url.hostname === '' || url.searchParams.get('host')?.startsWith('/')) return false
-  if (url.searchParams.get('sslrootcert') === 'system') return false
-  const mode = url.searchParams.get('sslmode') ?? url.searchParams.get('ssl') ?? env.PGSSL?.trim()
-  return !(mode && TLS_MODES.includes(mode))
 }
 
 const DATABASE_PLAIN_TEXT = 'reaches another host without sslmode=require (or verify-ca, verify-full): keys, answers and payments may cross the network in plain text'
-const databasePlainTextRefused = () => new ConfigError('DATABASE_URL', `${DATABASE_PLAIN_TEXT}, and REQUIRE_TLS=1 refuses that: add sslmode=verify-full (or require) to it, or unset REQUIRE_TLS`)
+const databasePlainTextRefused = (settings: ConnectionSettings | undefined) =>
+  new ConfigError('DATABASE_URL', `${DATABASE_PLAIN_TEXT}${chosenBy(settings)}, and REQUIRE_TLS=1 refuses that: add sslmode=verify-full (or require) to it, or unset REQUIRE_TLS`)
+/** Which setting made it plain text, when one did (the URL's sslmode over a PGSSLMODE that asked for TLS reads as an accident). */
+const chosenBy = (settings: ConnectionSettings | undefined): string =>
+  !settings || settings.sslmodeFrom === 'default' ? '' : ` (${settings.sslmodeFrom.startsWith('PG') ? settings.sslmodeFrom : `its ${settings.sslmodeFrom}`} makes it ${settings.sslmode}, which may speak plain text)`
 const providerPlainTextRefused = () => new ConfigError('PAYMENT_PROVIDER_URL', 'is plain http:// to another host (charges and the provider\'s credentials in plain text), and REQUIRE_TLS=1 refuses that: use https://, or http:// to this host (a sidecar that adds TLS)')
 
 /**
@@ -89,9 +82,9 @@ const providerPlainTextRefused = () => new ConfigError('PAYMENT_PROVIDER_URL', '
  * private network is a decision the operator may have made; REQUIRE_TLS=1
  * makes it a refusal (loadConfig).
  */
-export function plainTextDatabase(config: Pick<Config, 'production' | 'databaseUrl'> & { readonly databasePlainText?: boolean }): string | undefined {
+export function plainTextDatabase(config: Pick<Config, 'production' | 'databaseUrl'> & { readonly databasePlainText?: boolean; readonly databaseConnection?: ConnectionSettings | undefined }): string | undefined {
   if (!config.production || !config.databaseUrl || !(config.databasePlainText ?? plainTextDatabaseUrl(config.databaseUrl))) return undefined
-  return `DATABASE_URL ${DATABASE_PLAIN_TEXT} (REQUIRE_TLS=1 refuses such a start)`
+  return `DATABASE_URL ${DATABASE_PLAIN_TEXT}${chosenBy(config.databaseConnection)} (REQUIRE_TLS=1 refuses such a start)`
 }
 
 /**
@@ -102,7 +95,7 @@ export function plainTextDatabase(config: Pick<Config, 'production' | 'databaseU
 export function refusePlainText(database: DatabaseConfig, provider: URL | undefined): void {
   if (!database.requireTls) return
   const refused = [
-    ...(database.databasePlainText ? [databasePlainTextRefused()] : []),
+    ...(database.databasePlainText ? [databasePlainTextRefused(database.databaseConnection)] : []),
     ...(provider?.protocol === 'http:' && !isLoopback(provider.hostname) ? [providerPlainTextRefused()] : []),
   ]
   if (refused.length === 1) throw refused[0]!

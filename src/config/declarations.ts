@@ -56,10 +56,11 @@ export const SETTINGS = {
   TRUST_PROXY: { group: 'Service', kind: 'integer', default: 0, min: 0, max: 16, help: 'Reverse proxies in front: the client address is the Nth X-Forwarded-For entry from the right, and X-Forwarded-Proto: https makes cookies Secure and sends HSTS.' },
   ALLOWED_HOSTS: { group: 'Service', kind: 'text', default: undefined, unset: 'the HOST name only', help: 'Host names served besides IP literals and localhost (against DNS rebinding): names separated by commas, a leading dot for a whole domain, or `*`.' },
   // Database
-  DATABASE_URL: { group: 'Database', kind: 'text', default: undefined, unset: 'embedded PostgreSQL', required: { because: 'the embedded PostgreSQL is for development' }, production: 'warned about when it reaches another host without sslmode=require', help: 'The PostgreSQL server, a postgres:// or postgresql:// URL (a password in it is never printed).' },
+  DATABASE_URL: { group: 'Database', kind: 'text', default: undefined, unset: 'embedded PostgreSQL', required: { because: 'the embedded PostgreSQL is for development' }, production: 'warned about when it reaches another host without sslmode=require', help: 'The PostgreSQL server, a postgres:// or postgresql:// URL (a password in it is never printed); a parameter given twice, or TLS parameters that disagree, refuse the start.' },
   DATABASE_PGBOUNCER: { group: 'Database', kind: 'flag', help: '1: DATABASE_URL is a PgBouncer in transaction mode: no prepared statements, and the start checks the schema instead of migrating.' },
   REQUIRE_TLS: { group: 'Database', kind: 'flag', help: '1: a database or provider connection that may cross the network in plain text refuses the start.' },
-  PGSSL: { group: 'Database', kind: 'text', default: undefined, help: 'The driver\'s TLS mode when DATABASE_URL names no sslmode (require, verify-full, ...); REQUIRE_TLS counts it.' },
+  PGSSLMODE: { group: 'Database', kind: 'text', default: undefined, help: 'libpq\'s TLS mode (disable, prefer, require, verify-ca, verify-full) when DATABASE_URL names none: the driver is given it (postgres.js alone ignores it), and REQUIRE_TLS counts it.' },
+  PGSSL: { group: 'Database', kind: 'text', default: undefined, help: 'postgres.js\'s TLS mode when DATABASE_URL names none, the same values as PGSSLMODE; the two disagreeing refuse the start.' },
   EMBEDDED_PG_DIR: { group: 'Database', kind: 'text', default: d.DEFAULT_EMBEDDED_DIR, help: 'Data directory of the embedded PostgreSQL, used when DATABASE_URL is unset.' },
   EMBEDDED_PG_PORT: { group: 'Database', kind: 'port', default: d.DEFAULT_EMBEDDED_PORT, help: 'Port of the embedded PostgreSQL; set, a port taken by another server fails the start instead of moving to a free one.' },
   // Idempotency keys

@@ -27,7 +27,7 @@ export function loadConfig(env: Env = process.env): Config {
   const retentionSeconds = take(() => integer(env, 'IDEMPOTENCY_RETENTION_SECONDS'), 0)
   if (!problems.has('IDEMPOTENCY_TTL_SECONDS') && !problems.has('IDEMPOTENCY_RETENTION_SECONDS') && retentionSeconds < ttlSeconds)
     problems.add(new ConfigError('IDEMPOTENCY_RETENTION_SECONDS', `must be at least IDEMPOTENCY_TTL_SECONDS (${ttlSeconds}), got ${retentionSeconds}`))
-  const database: DatabaseConfig = take(() => loadDatabaseConfig(env, { tls: false }), { databaseUrl: undefined, databasePgbouncer: false, embeddedDir: '', requireTls: false, databasePlainText: false })
+  const database: DatabaseConfig = take(() => loadDatabaseConfig(env, { tls: false }), { databaseUrl: undefined, databaseConnection: undefined, databasePgbouncer: false, embeddedDir: '', requireTls: false, databasePlainText: false })
   const provider = take(() => providerUrl(env), undefined)
   // Charges and the provider's credentials cross the network in it: in production only over TLS, or to this host (a sidecar that adds TLS).
   const providerAt = provider ? new URL(provider) : undefined
@@ -69,6 +69,7 @@ export function loadConfig(env: Env = process.env): Config {
   problems.throwIfAny()
   return Object.freeze({
     databaseUrl: database.databaseUrl,
+    databaseConnection: database.databaseConnection,
     databasePgbouncer: database.databasePgbouncer,
     host,
     port: listenPort,

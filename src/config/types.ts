@@ -1,9 +1,12 @@
 /** The configuration the service runs with, as loadConfig (load.ts) returns it, frozen. */
 import type { OperatorCredential } from '../credentials'
+import type { ConnectionSettings } from '../store/connection-settings'
 
 export interface Config {
   /** A real server's URL, or undefined for the embedded PostgreSQL. */
   readonly databaseUrl: string | undefined
+  /** DATABASE_URL and the PG* variables resolved once (store/connection-settings.ts): the pools, the probe and the migrations connect by it, REQUIRE_TLS judged it. */
+  readonly databaseConnection: ConnectionSettings | undefined
   /** DATABASE_PGBOUNCER=1: DATABASE_URL is a PgBouncer in transaction mode: no prepared statements, no session settings as startup parameters (docs/how-to/pgbouncer.md). */
   readonly databasePgbouncer: boolean
   readonly host: string

@@ -1,5 +1,6 @@
 import postgres from 'postgres'
 import { errorText, log } from '../log'
+import { driverConnection, resolveConnection, type ConnectionSettings, type DriverConnection } from './connection-settings'
 import { countedPool, PoolUsageCounter, type PoolUsage } from './pool-usage'
 
 export type Pool = postgres.Sql<Record<string, never>>
@@ -95,7 +96,10 @@ export async function missingSessionSettings(sql: postgres.Sql<any>): Promise<st
 
 /**
  * postgres.js (3.4) options that depend on where DATABASE_URL points, shared
- * by the pools and the health probe.
+ * by the pools and the health probe: where and how to connect, resolved once
+ * (connection-settings.ts) and given as options, which postgres.js takes over
+ * anything it would read from the URL or the environment, so the TLS mode the
+ * start check judged is the one every connection uses.
  *
  * - PgBouncer (1.18, transaction mode) keeps no prepared statement across
  *   transactions: a statement prepared on one server connection is missing on
@@ -105,11 +109,15 @@ export async function missingSessionSettings(sql: postgres.Sql<any>): Promise<st
  *   also reports: during a failover a reconnect would settle on the standby
  *   that is not yet promoted, and every write on that connection failed (25006)
  *   (seen in test/scale/failover.scale.ts). `primary` (not in recovery) is what
- *   read-write means for us, as in libpq.
+ *   read-write means for us, as in libpq (connection-settings.ts maps it).
  */
-export function driverOptions(url: string, pgbouncer: boolean): { prepare?: boolean; target_session_attrs?: 'primary' } {
-  const readWrite = /[?&]target_session_attrs=read-write(&|#|$)/.test(url)
-  return { ...(pgbouncer ? { prepare: false } : {}), ...(readWrite ? { target_session_attrs: 'primary' as const } : {}) }
+export function driverOptions(database: string | ConnectionSettings, pgbouncer: boolean): DriverConnection['options'] & { prepare?: boolean } {
+  return { ...driverConnection(database).options, ...(pgbouncer ? { prepare: false } : {}) }
+}
+
+/** `database` resolved: a URL is read with this process's environment, as the start check reads it. */
+export function connectionOf(database: string | ConnectionSettings): ConnectionSettings {
+  return typeof database === 'string' ? resolveConnection(database) : database
 }
 
 export interface Pools {
@@ -139,9 +147,10 @@ export interface PoolOptions {
   readonly pgbouncer?: boolean
 }
 
-function connect(url: string, max: number, applicationName: string, pgbouncer: boolean): Pool {
+function connect(database: ConnectionSettings, max: number, applicationName: string, pgbouncer: boolean): Pool {
+  const { url } = driverConnection(database)
   return postgres(url, {
-    ...driverOptions(url, pgbouncer),
+    ...(driverOptions(database, pgbouncer) as object),
     max,
     connect_timeout: CONNECT_TIMEOUT_SECONDS,
     backoff: reconnectBackoff,
@@ -162,12 +171,13 @@ function connect(url: string, max: number, applicationName: string, pgbouncer: b
 }
 
 /** Two pools, so that completions can never starve the claims and 409 answers of connections (No blocked connections, docs/explanation/invariants.md). */
-export function openPools(url: string, options: PoolOptions = {}): Pools {
+export function openPools(database: string | ConnectionSettings, options: PoolOptions = {}): Pools {
+  const settings = connectionOf(database)
   const name = options.applicationName ?? 'idempotent-post'
   const pgbouncer = options.pgbouncer ?? false
   const usage = { short: new PoolUsageCounter(options.shortMax ?? 8), work: new PoolUsageCounter(options.workMax ?? 8) }
-  const short = countedPool(connect(url, usage.short.max, `${name}:short`, pgbouncer), usage.short)
-  const work = countedPool(connect(url, usage.work.max, `${name}:work`, pgbouncer), usage.work)
+  const short = countedPool(connect(settings, usage.short.max, `${name}:short`, pgbouncer), usage.short)
+  const work = countedPool(connect(settings, usage.work.max, `${name}:work`, pgbouncer), usage.work)
   if (pgbouncer) warnOnMissingSessionSettings(short)
   return {
     short,

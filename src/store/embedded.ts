@@ -5,6 +5,7 @@ import { basename, dirname, join, resolve } from 'node:path'
 import postgres from 'postgres'
 import { runnableBinaries } from './embedded-binaries'
 import { postgresUser, reachable, run, type Owner } from './embedded-user'
+import { driverConnection } from './connection-settings'
 
 export { postgresUser, type Owner }
 
@@ -239,8 +240,12 @@ async function placeData(wanted: string, owner: Owner | undefined, relocate: boo
   throw new Error(`the postgres user cannot reach ${wanted}, nor any of ${SYSTEM_DATA_ROOTS.join(', ')}: set EMBEDDED_PG_DIR to a directory it can reach`)
 }
 
-/** The embedded server's URL: initdb gives user postgres the password postgres (see initialise), it listens on 127.0.0.1 only. */
-const embeddedUrl = (port: number): string => `postgres://postgres:postgres@127.0.0.1:${port}/postgres`
+/**
+ * The embedded server's URL: initdb gives user postgres the password postgres (see initialise), it listens on 127.0.0.1 only,
+ * without TLS. `sslmode=disable` says so, and wins over a PGSSLMODE or PGSSL of the shell, which are meant for the
+ * operator's own servers (store/connection-settings.ts).
+ */
+const embeddedUrl = (port: number): string => `postgres://postgres:postgres@127.0.0.1:${port}/postgres?sslmode=disable`
 
 /** Where the data of `wanted` goes when the postgres user cannot reach it, in order of preference. */
 function relocatedDirs(wanted: string): string[] {
@@ -404,7 +409,8 @@ function runningPostmaster(dir: string): number | undefined {
 async function waitUntilReady(url: string, pid: number, dir: string): Promise<void> {
   const deadline = Date.now() + START_TIMEOUT_MS
   while (Date.now() < deadline) {
-    const sql = postgres(url, { max: 1, connect_timeout: 2, fetch_types: false, onnotice: () => undefined })
+    const driver = driverConnection(url)
+    const sql = postgres(driver.url, { ...(driver.options as object), max: 1, connect_timeout: 2, fetch_types: false, onnotice: () => undefined })
     let serving: string | undefined
     try {
       const [row] = await sql<{ dir: string }[]>`select current_setting('data_directory') as dir`

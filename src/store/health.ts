@@ -1,6 +1,7 @@
 import postgres from 'postgres'
 import { log as processLog, type Logger } from '../log'
-import { driverOptions, reconnectBackoff } from './db'
+import { driverConnection, type ConnectionSettings } from './connection-settings'
+import { connectionOf, driverOptions, reconnectBackoff } from './db'
 
 /**
  * 500 ms between probes: an outage is noticed within ~0.5 s (a refused
@@ -84,11 +85,12 @@ export class DatabaseHealth {
   /** When the outstanding probe was sent, and its answer. */
   #outstanding: { since: number; answer: Promise<boolean> } | undefined
 
-  constructor(url: string, applicationName = 'idempotent-post:health', options: DatabaseHealthOptions = {}) {
+  constructor(database: string | ConnectionSettings, applicationName = 'idempotent-post:health', options: DatabaseHealthOptions = {}) {
     const pgbouncer = options.pgbouncer ?? false
     this.#log = options.log ?? processLog
-    this.#sql = postgres(url, {
-      ...driverOptions(url, pgbouncer),
+    const settings = connectionOf(database)
+    this.#sql = postgres(driverConnection(settings).url, {
+      ...(driverOptions(settings, pgbouncer) as object),
       max: 1,
       connect_timeout: CONNECT_TIMEOUT_SECONDS,
       backoff: reconnectBackoff,

@@ -13,6 +13,7 @@
  */
 import postgres from 'postgres'
 import { ConfigError, loadDatabaseConfig } from '../config'
+import { driverConnection, type ConnectionSettings } from './connection-settings'
 import { startEmbedded } from './embedded'
 import { describeVersions, describeWaiting, migrateService } from './migrate'
 
@@ -21,8 +22,10 @@ const err = (line: string) => process.stderr.write(`${line}\n`)
 const THROUGH_PGBOUNCER = 'Run it against PostgreSQL directly (DATABASE_URL=postgres://<the primary itself> npm run migrate), then start the service behind PgBouncer: it checks the schema and does not migrate (docs/how-to/pgbouncer.md).'
 
 /** The reason `url` looks like PgBouncer, or undefined: PostgreSQL takes any setting as a startup parameter, PgBouncer refuses them. */
-async function pgbouncerRefusal(url: string): Promise<string | undefined> {
-  const probe = postgres(url, { max: 1, connect_timeout: 5, prepare: false, fetch_types: false, onnotice: () => undefined, connection: { statement_timeout: 60_000 } as never })
+async function pgbouncerRefusal(database: ConnectionSettings): Promise<string | undefined> {
+  // Where and how as the check above resolved them (TLS included): never the URL read again by the driver.
+  const { url, options } = driverConnection(database)
+  const probe = postgres(url, { ...(options as object), max: 1, connect_timeout: 5, prepare: false, fetch_types: false, onnotice: () => undefined, connection: { statement_timeout: 60_000 } as never })
   try {
     await probe`select 1`
     return undefined
@@ -47,16 +50,16 @@ async function main(): Promise<number> {
     err(`refusing to migrate with DATABASE_PGBOUNCER=1: migrations hold a session advisory lock, which a transaction pooler strands. ${THROUGH_PGBOUNCER}`)
     return 2
   }
-  if (config.databaseUrl) {
-    const refusal = await pgbouncerRefusal(config.databaseUrl).catch(() => undefined) // unreachable: migrate says so below
+  if (config.databaseConnection) {
+    const refusal = await pgbouncerRefusal(config.databaseConnection).catch(() => undefined) // unreachable: migrate says so below
     if (refusal) {
       err(`refusing to migrate: DATABASE_URL looks like PgBouncer (it answered "${refusal}"), and migrations hold a session advisory lock, which a transaction pooler strands. ${THROUGH_PGBOUNCER}`)
       return 2
     }
   }
-  const embedded = config.databaseUrl ? undefined : await startEmbedded({ log: out })
+  const embedded = config.databaseConnection ? undefined : await startEmbedded({ log: out })
   try {
-    const { applied, versions, adopted, pending, ahead } = await migrateService(config.databaseUrl || embedded!.url)
+    const { applied, versions, adopted, pending, ahead } = await migrateService(config.databaseConnection ?? embedded!.url)
     if (adopted) out('the single-line layout of earlier releases (table migrations) was recorded in idempotency_migrations and service_migrations')
     out(`schema at migrations ${describeVersions(versions)} (${applied} applied)`)
     if (ahead) out(`the database is ahead of this release (${describeVersions(ahead)}) by online steps only: nothing to do`)

@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
+import { driverConnection, type ConnectionSettings } from './connection-settings'
 import { requireUtf8 } from './encoding'
 import { processAlive } from '../core/processes'
 
@@ -183,10 +184,12 @@ const LOCK_ATTEMPTS = 20
  * migrated by a newer release (a version beyond this release's files) is
  * refused rather than run against a schema we don't understand.
  */
-export async function migrate(url: string, options: { lines?: readonly MigrationLine[] } = {}): Promise<MigrationResult> {
+export async function migrate(database: string | ConnectionSettings, options: { lines?: readonly MigrationLine[] } = {}): Promise<MigrationResult> {
   const lines = options.lines ?? [ENGINE_MIGRATIONS]
   const known = new Map(lines.map((line) => [line, migrationsOf(line)]))
-  const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10, connection: { lock_timeout: MIGRATION_LOCK_TIMEOUT_MS } as never })
+  // Where and how to connect as the start check resolved them (connection-settings.ts): a URL is resolved with this process's environment.
+  const { url, options: where } = driverConnection(database)
+  const sql = postgres(url, { ...(where as object), max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10, connection: { lock_timeout: MIGRATION_LOCK_TIMEOUT_MS } as never })
   try {
     await requireUtf8(sql)
     // Another migrator's run is waited for as long as it takes: lock_timeout bounds a step's table locks,
@@ -289,8 +292,8 @@ async function processesNotKnowing(sql: Sql, requires: Readonly<Record<string, n
 }
 
 /** The payments service's schema: the engine's line, then the service's. */
-export function migrateService(url: string): Promise<MigrationResult> {
-  return migrate(url, { lines: SERVICE_LINES })
+export function migrateService(database: string | ConnectionSettings): Promise<MigrationResult> {
+  return migrate(database, { lines: SERVICE_LINES })
 }
 
 type Sql = postgres.Sql | postgres.TransactionSql
@@ -356,9 +359,10 @@ async function adoptLegacy(sql: Sql): Promise<boolean> {
  * only checks that someone did (`npm run migrate` with a direct DATABASE_URL),
  * and refuses to run on a schema other than the one it knows.
  */
-export async function checkSchema(url: string, options: { prepare?: boolean; lines?: readonly MigrationLine[] } = {}): Promise<Readonly<Record<string, number>>> {
+export async function checkSchema(database: string | ConnectionSettings, options: { prepare?: boolean; lines?: readonly MigrationLine[] } = {}): Promise<Readonly<Record<string, number>>> {
   const lines = options.lines ?? SERVICE_LINES
-  const sql = postgres(url, { max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10, prepare: options.prepare ?? true })
+  const { url, options: where } = driverConnection(database)
+  const sql = postgres(url, { ...(where as object), max: 1, fetch_types: false, onnotice: () => undefined, connect_timeout: 10, prepare: options.prepare ?? true })
   try {
     await requireUtf8(sql)
     const versions: Record<string, number> = {}
