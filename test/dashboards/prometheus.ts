@@ -1,8 +1,8 @@
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { prometheusRules } from '../../dashboards/alerts'
-import { waitUntil } from '../support/wait'
+import { freeLocalPort, startDaemon } from '../support/daemon'
 
 /** A real Prometheus (Debian's `prometheus`, installed by `.ci/run`), scraping one target with the given rules. */
 export interface RealPrometheus {
@@ -50,13 +50,6 @@ export interface PrometheusSetup {
   readonly alertmanagers?: readonly string[]
 }
 
-function freePort(): number {
-  const probe = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response(null) })
-  const port = probe.port!
-  probe.stop(true)
-  return port
-}
-
 export async function startPrometheus(options: PrometheusOptions): Promise<RealPrometheus> {
   return startPrometheusWith({
     ruleFiles: [options.rules],
@@ -74,28 +67,13 @@ export async function startPrometheusWith(setup: PrometheusSetup): Promise<RealP
     ...(setup.alertmanagers?.length ? { alerting: { alertmanagers: [{ api_version: 'v2', static_configs: [{ targets: setup.alertmanagers }] }] } } : {}),
     scrape_configs: setup.jobs.map((job) => ({ job_name: job.job, scrape_interval: job.interval, scrape_timeout: job.timeout, static_configs: [{ targets: job.targets }] })),
   }, null, 2))
-  const port = freePort()
+  const port = freeLocalPort()
   const url = `http://127.0.0.1:${port}`
-  const proc = Bun.spawn(['prometheus', `--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`,
-    `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'], { stdout: 'pipe', stderr: 'pipe' })
-  let log = ''
-  void (async () => {
-    const reader = (proc.stderr as ReadableStream<Uint8Array>).getReader()
-    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) log += new TextDecoder().decode(chunk.value)
-  })()
-  const stop = async () => {
-    proc.kill('SIGTERM')
-    await proc.exited
-    rmSync(dir, { recursive: true, force: true })
-  }
-  const ready = await waitUntil(async () => proc.exitCode !== null || await fetch(`${url}/-/ready`).then((r) => r.ok, () => false), 30_000, 250)
-  if (!ready || proc.exitCode !== null) {
-    await stop()
-    throw new Error(`Prometheus did not get ready within 30 s\n--- prometheus log ---\n${log}`)
-  }
+  const daemon = await startDaemon('Prometheus', ['prometheus', `--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`,
+    `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'], url, dir, 250)
   return {
     url,
-    log: () => log,
+    log: daemon.log,
     async alerts(names) {
       const body = await (await fetch(`${url}/api/v1/alerts`)).json() as { data: { alerts: PromAlert[] } }
       return body.data.alerts.filter((alert) => names.includes(alert.labels.alertname!))
@@ -116,6 +94,6 @@ export async function startPrometheusWith(setup: PrometheusSetup): Promise<RealP
         return { job: t.labels.job, instance: t.labels.instance, health: t.health, lastScrape: at > 0 ? at : undefined }
       })
     },
-    stop,
+    stop: daemon.stop,
   }
 }

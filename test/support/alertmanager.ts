@@ -3,10 +3,10 @@
  * `.ci/run`) on its own port and storage, its cluster listener off, and a
  * webhook of the test's own that records every notification it receives.
  */
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { waitUntil } from './wait'
+import { freeLocalPort, startDaemon } from './daemon'
 
 /** Debian names the binary prometheus-alertmanager; upstream's tarball, alertmanager. */
 export const ALERTMANAGER_BINARY = Bun.which('prometheus-alertmanager') ?? Bun.which('alertmanager') ?? 'prometheus-alertmanager'
@@ -57,46 +57,23 @@ export function startWebhook(): Webhook {
   return { url: `http://127.0.0.1:${server.port}`, deliveries, stop: () => void server.stop(true) }
 }
 
-function freePort(): number {
-  const probe = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response(null) })
-  const port = probe.port!
-  probe.stop(true)
-  return port
-}
-
 /** Starts Alertmanager with `config` (the YAML's object); resolves once it answers /-/ready. */
 export async function startAlertmanager(config: unknown): Promise<RealAlertmanager> {
   const dir = mkdtempSync(join(tmpdir(), 'idem-alertmanager-'))
   await Bun.write(join(dir, 'alertmanager.yml'), Bun.YAML.stringify(config, null, 2))
-  const port = freePort()
-  const host = `127.0.0.1:${port}`
+  const host = `127.0.0.1:${freeLocalPort()}`
   const url = `http://${host}`
-  const proc = Bun.spawn([ALERTMANAGER_BINARY, `--config.file=${join(dir, 'alertmanager.yml')}`, `--storage.path=${join(dir, 'data')}`,
-    `--web.listen-address=${host}`, '--cluster.listen-address=', '--log.level=warn'], { stdout: 'pipe', stderr: 'pipe' })
-  let log = ''
-  void (async () => {
-    const reader = (proc.stderr as ReadableStream<Uint8Array>).getReader()
-    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) log += new TextDecoder().decode(chunk.value)
-  })()
-  const stop = async () => {
-    proc.kill('SIGTERM')
-    await proc.exited
-    rmSync(dir, { recursive: true, force: true })
-  }
-  const ready = await waitUntil(async () => proc.exitCode !== null || await fetch(`${url}/-/ready`).then((r) => r.ok, () => false), 30_000, 100)
-  if (!ready || proc.exitCode !== null) {
-    await stop()
-    throw new Error(`Alertmanager did not get ready within 30 s\n--- alertmanager log ---\n${log}`)
-  }
+  const daemon = await startDaemon('Alertmanager', [ALERTMANAGER_BINARY, `--config.file=${join(dir, 'alertmanager.yml')}`, `--storage.path=${join(dir, 'data')}`,
+    `--web.listen-address=${host}`, '--cluster.listen-address=', '--log.level=warn'], url, dir, 100)
   return {
     url,
     host,
-    log: () => log,
+    log: daemon.log,
     async alerts() {
       const answer = await fetch(`${url}/api/v2/alerts`)
       if (!answer.ok) throw new Error(`Alertmanager /api/v2/alerts: ${answer.status}`)
       return await answer.json() as AmAlert[]
     },
-    stop,
+    stop: daemon.stop,
   }
 }
