@@ -180,9 +180,19 @@ export function abandoned(sql: Sql, now: Instant): Fragment {
   return sql`(${stale(sql, now)} or (k.status = 'processing' and not ${workedOnCondition(sql, now)}))` as Fragment
 }
 
-/** When an operator may force-expire a processing key: once it is abandoned. */
+/**
+ * The summary field that marks a key held (hold.ts): processing with no owner,
+ * so every retry is answered 409 until the TTL, and no worker runs it.
+ */
+export const HELD_MARK = 'held'
+
+/**
+ * When an operator may force-expire a processing key: once it is abandoned,
+ * or when it is held (hold.ts): no worker runs it, it waits for a decision,
+ * and an operator's is the one it waits for.
+ */
 export function forceExpirable(sql: Sql, now: Instant): Fragment {
-  return abandoned(sql, now)
+  return sql`(${abandoned(sql, now)} or (k.status = 'processing' and k.owner is null and coalesce(k.summary ? ${HELD_MARK}, false)))` as Fragment
 }
 
 /** The instant as SQL: a fragment as is, else the given time or the database's now(). */

@@ -40,6 +40,7 @@ import { requestIdOf, requestLogger } from '../http/request-id'
 import type { IdempotencyPools } from '../http/route'
 import { RunningKeys } from '../http/running-keys'
 import { log as processLog, type Logger } from '../log'
+import { hold } from '../core/hold'
 import { gatewayFingerprint } from './fingerprint'
 import { forward, send, type ForwardResult } from './forward'
 import { responseHeadersForClient, type ForwardedFor } from './headers'
@@ -220,7 +221,7 @@ export function gatewayExchange(options: ExchangeOptions): (request: Request, cl
         return problemResponse({ ...ALL_PROBLEMS.problem(timedOut ? 'upstream-timeout' : 'upstream-outcome-unknown', detail), retryAfterSeconds: 1 })
       }
       if (reason === 'deadline') notify('onDeadline', hooks.onDeadline, { route: route.name })
-      options.metrics?.held.inc({ route: route.name })
+      await keep(route, lease, timedOut ? 'the upstream did not answer before the deadline' : 'the upstream\'s answer was lost')
       const heldSeconds = Math.max(1, Math.ceil((claimSentAt + route.ttlSeconds * 1000 - performance.now()) / 1000))
       logger.warn('upstream outcome unknown: key held in processing until its TTL (route rule hold)', { error: forwarded.error, reason, outcome: 'failed', held_seconds: heldSeconds })
       count(route, 'failed', started)
@@ -261,7 +262,7 @@ export function gatewayExchange(options: ExchangeOptions): (request: Request, cl
       // The upstream acted and its answer could not be stored: the client gets it; the key follows the unknown-outcome rule.
       options.metrics?.unstored.inc({ route: route.name, reason: 'completion_failed' })
       if (route.unknown === 'release') await giveBack(route, lease, 'failed')
-      else options.metrics?.held.inc({ route: route.name })
+      else await keep(route, lease, 'the upstream answered, and its answer could not be stored')
       logger.error(`the upstream's answer could not be stored: answered, key ${route.unknown === 'release' ? 'released' : 'held'}`, { error, outcome: 'failed' })
       count(route, 'failed', started)
       return new Response(answer, { status, headers })
@@ -289,6 +290,19 @@ export function gatewayExchange(options: ExchangeOptions): (request: Request, cl
 
   function recoveryUntil(route: GatewayRoute, until: number): Recovery {
     return { until, onRetry: (statement, cause) => notify('onRetry', hooks.onRetry, { route: route.name, statement, cause }) }
+  }
+
+  /**
+   * The hold rule: the key stays in processing (a retry gets 409 until its TTL), marked held with `why`, so
+   * an operator may release it sooner (core/hold.ts). Unmarked, it is still held until the TTL.
+   */
+  async function keep(route: GatewayRoute, lease: Lease, why: string): Promise<void> {
+    options.metrics?.held.inc({ route: route.name })
+    try {
+      await withTimeout(hold(pools.short, lease, why), RELEASE_TIMEOUT_MS, () => new Error('marking the key held timed out'))
+    } catch (error) {
+      log.warn('could not mark the key held: it is held until its TTL all the same, and an operator cannot release it sooner', { error, route: route.name })
+    }
   }
 
   async function giveBack(route: GatewayRoute, lease: Lease, reason: ReleaseReason): Promise<void> {
