@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { readFileSync } from 'node:fs'
+import { hold } from '../../src/core/hold'
 import { cutoffText, expired, forceExpirable, isExpiredAge, releasedExpired, stale } from '../../src/core/policy'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { createKey, identity, secondsAfter } from '../support/keys'
@@ -96,6 +97,27 @@ describe('force-expirable', () => {
     expect(await expirable(T0, secondsAfter(T0, -60), at)).toBe(true) // owner silent for a minute
     expect(await expirable(T0, 'missing', at)).toBe(true) // owner row gone
     expect(await expirable(T0, secondsAfter(T0, TTL), secondsAfter(T0, TTL))).toBe(true) // past the deadline, beating or not
+  })
+
+  // Catches: a held key (the gateway's unknown outcome) that an operator cannot release before its TTL, or a hold
+  // mark that makes a key with an owner expirable while its owner beats.
+  test('a held key (no owner, marked held) at once; a key with a beating owner not, whatever its summary says', async () => {
+    const at = secondsAfter(T0, 5)
+    const held = identity({ tenant: 'pol-held' })
+    await createKey(db.sql, held, { status: 'processing', lockedAt: T0 })
+    const [{ lease }] = await db.sql<{ lease: string }[]>`select lease::text from idempotency_keys where tenant = ${held.tenant} and key = ${held.key}` as unknown as [{ lease: string }]
+    const sql = db.pools.short
+    const judged = async (key: string) =>
+      (await sql<{ hit: boolean }[]>`select ${forceExpirable(sql, at)} as hit from idempotency_keys k where k.tenant = 'pol-held' and k.key = ${key}`)[0]!.hit
+    expect(await judged(held.key)).toBe(false) // no owner, not held: taken for alive
+    expect(await hold(sql, { tenant: held.tenant, key: held.key, lease }, 'the upstream\'s answer was lost')).toBe(true)
+    expect(await judged(held.key)).toBe(true)
+    const owned = identity({ tenant: 'pol-held' })
+    await createKey(db.sql, owned, { status: 'processing', lockedAt: T0 })
+    const owner = crypto.randomUUID()
+    await db.sql`insert into idempotency_processes (id, pid, hostname, heartbeat_at) values (${owner}, 1, 'test', ${at})`
+    await db.sql`update idempotency_keys set owner = ${owner}, summary = '{"held": "says the client"}' where tenant = ${owned.tenant} and key = ${owned.key}`
+    expect(await judged(owned.key)).toBe(false)
   })
 })
 
