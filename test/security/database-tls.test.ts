@@ -41,14 +41,16 @@ afterAll(async () => {
   await db.drop()
 })
 
-/** `url` with `query` appended (it has none of its own but the test database's), and the canary as its password where asked. */
+/**
+ * `url` with `query` as its only parameters (the test database's own, such as the embedded server's
+ * `sslmode=disable`, would meet the ones under test twice), and the canary as its password where asked.
+ */
 function withQuery(url: string, query: string, password?: string): string {
   const parsed = new URL(url)
   if (password) parsed.password = password
-  const params = parsed.search.slice(1)
   parsed.search = ''
-  const joined = [params, query.replace(/^\?/, '')].filter(Boolean).join('&')
-  return `${parsed.toString()}${joined ? `?${joined}` : ''}`
+  const params = query.replace(/^\?/, '')
+  return `${parsed.toString()}${params ? `?${params}` : ''}`
 }
 
 interface Run { readonly code: number | null; readonly stdout: string; readonly stderr: string }
