@@ -46,6 +46,7 @@ export const PATHS = [
 /** Left out, with why: they do not run against DATABASE_URL's server. */
 export const EXCLUDED: Readonly<Record<string, string>> = {
   'test/store/embedded-sharing.test.ts': 'starts embedded PostgreSQL servers of its own (the default 18), not the one under test',
+  'test/store/embedded-umask.test.ts': 'starts embedded PostgreSQL servers of its own (the default 18) from a checkout copy, not the one under test',
   'test/store/growth-scans.test.ts': 'a load test (100,000 payments, about 3 minutes a run); the request path\'s plans are checked on each major by request-path-plans.test.ts',
 }
 
