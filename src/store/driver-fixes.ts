@@ -20,11 +20,19 @@
  * 3. A close kept the bytes it had not written yet and the handle of their
  *    timer, so the reconnect's startup message was queued behind them and
  *    never sent: every reconnect of that slot timed out (CONNECT_TIMEOUT).
+ * 4. With several hosts, a connection counts as connecting until its first
+ *    query's answer (it runs that query, then moves to open), and an error
+ *    on a connecting connection is skipped to try the next host: a first
+ *    query whose server died under it was never settled. A failover under
+ *    load (new connections opened while commits waited for a synchronous
+ *    standby) left queries pending forever; the heartbeat's was one, and the
+ *    service's SIGTERM drain waited for it (test/scale/failover.scale.ts).
  *
  * The fixes: a dead connection forgets its current query; a close rejects
  * whatever is still pending, with or without an error, and drops its unsent
  * bytes; a query through a closed connection is rejected
- * (CONNECTION_CLOSED) instead of written.
+ * (CONNECTION_CLOSED) instead of written; a first query whose connection
+ * dies is rejected, however many hosts the URL names.
  *
  * How: a Bun runtime plugin rewrites connection.js as it is imported (no
  * patched copy of node_modules, nothing run at install time: a package that
@@ -84,6 +92,14 @@ export const DRIVER_FIXES: readonly Fix[] = [
       return queryError(q, Errors.connection('CONNECTION_CLOSED', options))
 
     if (terminated)`,
+  },
+  {
+    // The driver's own set-up queries (fetchState, the array types) keep the skip to the next host.
+    name: 'a connection that dies during its first query rejects it, with several hosts too',
+    from: `    if (connection.queue === queues.connecting && options.host[retries + 1])
+      return`,
+    to: `    if (connection.queue === queues.connecting && options.host[retries + 1] && (!query || query.handler === execute)) /* idempotent-post driver-fixes: 4 */
+      return`,
   },
   {
     name: 'nothing is written to a socket that is gone',
