@@ -37,7 +37,6 @@ const ALLOWED: Record<string, { count: number; why: string }> = {
   'test/scale/patroni.scale.ts': { count: 2, why: 'a recovery watcher\'s resolution, and the pace of requests during a stall' },
   'test/scale/pgbouncer.scale.ts': { count: 5, why: 'an absent warning (the service logs only a failed check), a pool sampler\'s period, clients in waves, the kill schedule, the closed port' },
   'test/scale/support/load.ts': { count: 2, why: 'clients\' pause and think time: the load\'s shape' },
-  'test/scale/support/processes.ts': { count: 1, why: 'cleanup: a grace for killed processes before their folders are removed' },
   'test/scale/support/relay-failover.ts': { count: 2, why: 'arrivals spread over the run, and the slow link\'s second: the scenario' },
 }
 

@@ -31,7 +31,7 @@ import postgres from 'postgres'
 import { driverOptions } from '../../src/store/db'
 import { ms } from './support/load'
 import { PostgresServer } from './support/postgres-server'
-import { cleanupAll, missing } from './support/processes'
+import { cleanupAll, missing, onTeardown, scoped } from './support/processes'
 import { BURST, KEYS, relayFailover as failover, requireSyncStandby, type FailoverFigures } from './support/relay-failover'
 import { TcpRelay } from './support/tcp-proxy'
 import { adminClient, providerWired, report } from './support/world'
@@ -43,7 +43,7 @@ describe.skipIf(skip !== undefined)('primary failover with a multi-host DATABASE
   afterAll(() => cleanupAll())
   const wired = providerWired()
 
-  test('target_session_attrs=read-write: postgres.js alone settles on a hot standby; the service\'s mapping to primary skips it', async () => {
+  test('target_session_attrs=read-write: postgres.js alone settles on a hot standby; the service\'s mapping to primary skips it', () => scoped('target_session_attrs', async () => {
     const primary = PostgresServer.init('primary-tsa')
     await primary.start()
     const standby = PostgresServer.standbyOf(primary, 'standby1')
@@ -63,8 +63,7 @@ describe.skipIf(skip !== undefined)('primary failover with a multi-host DATABASE
     const mapped = await where(driverOptions(url, false))
     report('target_session_attrs=read-write, standby listed first', { 'postgres.js as is': plain, 'with driverOptions (primary)': mapped })
     expect(mapped).toBe('primary')
-    await cleanupAll()
-  }, 60_000)
+  }), 60_000)
 
   test('synchronous standby: nothing a client saw is lost, one payment and one charge per key', async () => {
     const f = await failover('synchronous')
@@ -85,42 +84,45 @@ describe.skipIf(skip !== undefined)('primary failover with a multi-host DATABASE
     // a driver's query.cancel(), which the service never sends) does end it,
     // and the commit is then reported done, with a WARNING, while it exists
     // on the primary alone.
-    const primary = PostgresServer.init('primary-stall')
-    await primary.start()
-    const relay = await TcpRelay.start(primary.port)
-    const standby = PostgresServer.standbyOf(primary, 'standby1', { synchronous_standby_names: "''" }, relay.port)
-    await standby.start()
-    const admin = adminClient(primary.url())
-    await admin`create table ledger (id int primary key)`
-    await requireSyncStandby(admin, 'standby1')
-    const notices: string[] = []
-    const client = postgres(primary.url(), { max: 1, connection: { statement_timeout: 1_000 } as never, onnotice: (n) => notices.push(String(n.message)) })
-    const [{ pid }] = await client<{ pid: number }[]>`select pg_backend_pid() as pid` as unknown as [{ pid: number }]
-    relay.hold()
-    let settled = false
-    const started = performance.now()
-    const outcome = client`insert into ledger values (1)`.then(() => 'committed', (e: Error) => e.message).finally(() => { settled = true })
-    await Bun.sleep(3_000)
-    const waitingPastTimeout = !settled
-    await admin`select pg_cancel_backend(${pid})`
-    const result = await outcome
-    const waited = performance.now() - started
-    await primary.kill()
-    relay.cut()
-    standby.promote()
-    const promoted = adminClient(standby.url())
-    const [row] = await promoted<{ n: number }[]>`select count(*)::int as n from ledger`
-    report('sync standby stalled', {
-      'still waiting 3s past statement_timeout=1s': waitingPastTimeout, 'after pg_cancel_backend': result, waited: ms(waited),
-      notice: JSON.stringify(notices[0] ?? ''), 'rows on the promoted standby': row!.n,
+    await scoped('sync standby stalled', async () => {
+      const primary = PostgresServer.init('primary-stall')
+      await primary.start()
+      const relay = await TcpRelay.start(primary.port)
+      onTeardown('the relay to close', () => relay.stop(), 10_000)
+      const standby = PostgresServer.standbyOf(primary, 'standby1', { synchronous_standby_names: "''" }, relay.port)
+      await standby.start()
+      const admin = adminClient(primary.url())
+      onTeardown('the primary\'s admin client to end', () => admin.end({ timeout: 0 }), 10_000)
+      await admin`create table ledger (id int primary key)`
+      await requireSyncStandby(admin, 'standby1')
+      const notices: string[] = []
+      const client = postgres(primary.url(), { max: 1, connection: { statement_timeout: 1_000 } as never, onnotice: (n) => notices.push(String(n.message)) })
+      onTeardown('the waiting client to end', () => client.end({ timeout: 0 }), 10_000)
+      const [{ pid }] = await client<{ pid: number }[]>`select pg_backend_pid() as pid` as unknown as [{ pid: number }]
+      relay.hold()
+      let settled = false
+      const started = performance.now()
+      const outcome = client`insert into ledger values (1)`.then(() => 'committed', (e: Error) => e.message).finally(() => { settled = true })
+      await Bun.sleep(3_000)
+      const waitingPastTimeout = !settled
+      await admin`select pg_cancel_backend(${pid})`
+      const result = await outcome
+      const waited = performance.now() - started
+      await primary.kill()
+      relay.cut()
+      standby.promote()
+      const promoted = adminClient(standby.url())
+      onTeardown('the promoted standby\'s client to end', () => promoted.end({ timeout: 0 }), 10_000)
+      const [row] = await promoted<{ n: number }[]>`select count(*)::int as n from ledger`
+      report('sync standby stalled', {
+        'still waiting 3s past statement_timeout=1s': waitingPastTimeout, 'after pg_cancel_backend': result, waited: ms(waited),
+        notice: JSON.stringify(notices[0] ?? ''), 'rows on the promoted standby': row!.n,
+      })
+      expect(waitingPastTimeout).toBe(true)
+      expect(result).toBe('committed')
+      expect(notices.join(' ')).toContain('canceling wait for synchronous replication')
+      expect(row!.n).toBe(0)
     })
-    expect(waitingPastTimeout).toBe(true)
-    expect(result).toBe('committed')
-    expect(notices.join(' ')).toContain('canceling wait for synchronous replication')
-    expect(row!.n).toBe(0)
-    await Promise.all([client.end({ timeout: 0 }), admin.end({ timeout: 0 }), promoted.end({ timeout: 0 })])
-    await relay.stop()
-    await cleanupAll()
   }, 120_000)
 
   /** One asynchronous run, for the two tests below. */

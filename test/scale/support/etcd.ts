@@ -6,7 +6,7 @@
  * the DCS (an etcd quorum is a deployment's business, not this suite's).
  */
 import { join } from 'node:path'
-import { asServiceUser, findBinary, freePort, killGroup, start, tempDir, waitFor, type Started } from './processes'
+import { asServiceUser, bounded, STOP_MS, findBinary, freePort, killGroup, start, tempDir, waitFor, type Started } from './processes'
 
 export class Etcd {
   private constructor(readonly clientPort: number, readonly running: Started) {}
@@ -40,6 +40,6 @@ export class Etcd {
 
   async stop(): Promise<void> {
     killGroup(this.running.proc.pid, 'SIGTERM')
-    await this.running.proc.exited
+    await bounded(`etcd (pid ${this.running.proc.pid}) to exit after SIGTERM`, this.running.proc.exited, STOP_MS)
   }
 }

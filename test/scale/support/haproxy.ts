@@ -6,7 +6,7 @@
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { findBinary, freePort, killGroup, start, tempDir, waitFor, type Started } from './processes'
+import { bounded, STOP_MS, findBinary, freePort, killGroup, start, tempDir, waitFor, type Started } from './processes'
 
 export class HAProxy {
   private constructor(readonly port: number, readonly running: Started) {}
@@ -63,7 +63,7 @@ export class HAProxy {
 
   async stop(): Promise<void> {
     killGroup(this.running.proc.pid, 'SIGTERM')
-    await this.running.proc.exited
+    await bounded(`HAProxy (pid ${this.running.proc.pid}) to exit after SIGTERM`, this.running.proc.exited, STOP_MS)
   }
 }
 
@@ -128,6 +128,6 @@ export class PrimaryProxy {
 
   async stop(): Promise<void> {
     killGroup(this.running.proc.pid, 'SIGTERM')
-    await this.running.proc.exited
+    await bounded(`HAProxy (pid ${this.running.proc.pid}) to exit after SIGTERM`, this.running.proc.exited, STOP_MS)
   }
 }

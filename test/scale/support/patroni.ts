@@ -24,7 +24,7 @@ import { existsSync, readFileSync, realpathSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import postgres from 'postgres'
 import { Etcd } from './etcd'
-import { asServiceUser, findBinary, freePort, giveToServiceUser, killTree, onCleanup, run, start, tempDir, waitFor, type Started } from './processes'
+import { asServiceUser, bounded, findBinary, freePort, giveToServiceUser, killTree, onCleanup, run, start, tempDir, waitFor, type Started } from './processes'
 
 export interface PatroniTiming {
   /** Seconds the leader lock lives without a renewal. @default 10 */
@@ -124,7 +124,7 @@ export class PatroniNode {
     const patroni = this.#patroni
     if (patroni) killTree(patroni.proc.pid)
     if (postmaster) killTree(postmaster)
-    await patroni?.proc.exited
+    if (patroni) await bounded(`${this.name}'s Patroni (pid ${patroni.proc.pid}) to die after SIGKILL`, patroni.proc.exited, 10_000)
     if (postmaster) await waitFor(`${this.name}'s postmaster ${postmaster} to die`, () => !existsSync(`/proc/${postmaster}`) || isZombie(postmaster), 10_000, 20)
   }
 

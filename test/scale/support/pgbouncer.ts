@@ -7,7 +7,7 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
-import { asServiceUser, findBinary, freePort, giveToServiceUser, killGroup, start, tempDir, waitFor, type Started } from './processes'
+import { asServiceUser, bounded, STOP_MS, findBinary, freePort, giveToServiceUser, killGroup, start, tempDir, waitFor, type Started } from './processes'
 
 export interface PgBouncerOptions {
   /** The server PgBouncer connects to. */
@@ -96,6 +96,6 @@ export class PgBouncer {
 
   async stop(): Promise<void> {
     killGroup(this.running.proc.pid, 'SIGINT')
-    await this.running.proc.exited
+    await bounded(`PgBouncer (pid ${this.running.proc.pid}) to exit after SIGINT`, this.running.proc.exited, STOP_MS)
   }
 }

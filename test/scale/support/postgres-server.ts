@@ -7,7 +7,7 @@
 import { appendFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
-import { asServiceUser, findBinary, freePort, killGroup, killTree, run, start, tempDir, waitFor, type Started } from './processes'
+import { asServiceUser, bounded, STOP_MS, findBinary, freePort, killGroup, killTree, run, start, tempDir, waitFor, type Started } from './processes'
 
 function bin(name: string): string {
   const path = findBinary(name)
@@ -96,7 +96,7 @@ export class PostgresServer {
     const running = this.#running
     if (!running) return
     killTree(running.proc.pid)
-    await running.proc.exited
+    await bounded(`${this.name} (pid ${running.proc.pid}) to die after SIGKILL`, running.proc.exited, STOP_MS)
   }
 
   /** A fast shutdown (SIGINT): rolls back sessions, checkpoints, exits. */
@@ -104,7 +104,7 @@ export class PostgresServer {
     const running = this.#running
     if (!running || running.proc.exitCode !== null) return
     killGroup(running.proc.pid, 'SIGINT')
-    await running.proc.exited
+    await bounded(`${this.name} (pid ${running.proc.pid}) to exit after SIGINT (a fast shutdown)`, running.proc.exited, STOP_MS)
   }
 
   /** pg_ctl promote, waiting until the server accepts writes. */

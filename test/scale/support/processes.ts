@@ -2,22 +2,94 @@
  * The scale suite's own processes: PostgreSQL servers, PgBouncer, HAProxy,
  * service instances and the provider simulator, each in a process group of
  * its own so a SIGKILL takes the whole "host" down at once. Every one is
- * registered here and killed by its group id at the end of the file (and at
- * exit, if the test runner dies first). Nothing is ever killed by name.
+ * registered here and killed by its group id at the end (and at exit, if the
+ * test runner dies first). Nothing is ever killed by name.
+ *
+ * Registrations go to the current scope: a scenario run inside `scoped()`
+ * owns what it starts, and its teardown (bounded, every step named) removes
+ * only that. A test that timed out goes on in the background (bun does not
+ * stop it); when its teardown finally runs, it must not take the next test's
+ * cluster with it, as a suite-wide cleanup did (the asynchronous failover's
+ * data directory removed under it by the synchronous run's late cleanup).
+ * AsyncLocalStorage carries the scope through every await of the scenario,
+ * so nothing has to be threaded through the helpers that start processes.
  */
 import type { Subprocess } from 'bun'
+import { AsyncLocalStorage } from 'node:async_hooks'
 import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { waitUntil, within } from '../../support/wait'
 
-const groups = new Set<number>()
-const temps = new Set<string>()
-/** Killers of processes that live outside any group we started (Patroni's detached postmasters). */
-const killers = new Set<() => void>()
+/** What one scenario started: process groups, temp dirs, killers, and teardown steps (run last-in first-out). */
+class Scope {
+  readonly groups = new Set<number>()
+  readonly temps = new Set<string>()
+  /** Killers of processes that live outside any group we started (Patroni's detached postmasters). */
+  readonly killers = new Set<() => void>()
+  readonly steps: { what: string; run: () => Promise<unknown>; timeoutMs: number }[] = []
+  constructor(readonly label: string) {}
+}
+
+/** What was started outside any `scoped()` (a file's beforeAll): removed by cleanupAll() from afterAll. */
+const fileScope = new Scope('file')
+const scopes = new Set<Scope>([fileScope])
+const storage = new AsyncLocalStorage<Scope>()
+const current = (): Scope => storage.getStore() ?? fileScope
+
+/**
+ * How long a helper process (a PostgreSQL server's fast shutdown, PgBouncer,
+ * HAProxy, etcd) may take to exit when told to stop: a checkpoint of a small
+ * test cluster takes well under a second; 30 s is a machine that is very busy.
+ */
+export const STOP_MS = 30_000
+
+/** How long a killed process may take to be gone (SIGKILL: the kernel's time only) before cleanup says which one is left. */
+const KILLED_GONE_MS = 10_000
 
 /** `kill` runs at cleanup (and at exit): for processes this registry cannot reach by group. It must be synchronous. */
 export function onCleanup(kill: () => void): void {
-  killers.add(kill)
+  current().killers.add(kill)
+}
+
+/**
+ * A teardown step of the current scope, run at its end (last registered
+ * first), bounded by `timeoutMs`: past it the step is given up, named in the
+ * error (`what`: what it waited for), and the scope's kills and removals run
+ * anyway.
+ */
+export function onTeardown(what: string, run: () => Promise<unknown>, timeoutMs: number): void {
+  current().steps.push({ what, run, timeoutMs })
+}
+
+/** `step`, or an error naming `what` it waited for once `timeoutMs` passed (the step goes on, unobserved). */
+export async function bounded<T>(what: string, step: Promise<T>, timeoutMs: number): Promise<T> {
+  const timedOut = Symbol('timed out')
+  const result = await within(step, timeoutMs, timedOut)
+  if (result === timedOut) throw new Error(`teardown: gave up after ${timeoutMs} ms waiting for ${what}`)
+  return result as T
+}
+
+/**
+ * Runs `body` in a scope of its own: everything it starts is registered
+ * there, and removed when it ends, passed or failed (its teardown steps, then
+ * every process killed and every temp dir removed, each bounded). A failed
+ * step fails the scenario, naming what it waited for, after the rest ran.
+ */
+export async function scoped<T>(label: string, body: () => Promise<T>): Promise<T> {
+  const scope = new Scope(label)
+  scopes.add(scope)
+  let result: T
+  try {
+    result = await storage.run(scope, body)
+  } catch (error) {
+    const problems = await cleanScope(scope)
+    if (problems.length) console.log(`[scale] ${label}: teardown after a failure: ${problems.join('; ')}`)
+    throw error
+  }
+  const problems = await cleanScope(scope)
+  if (problems.length) throw new Error(`${label}: ${problems.join('; ')}`)
+  return result
 }
 
 /** Kills the group of `pid` (SIGKILL unless told), ignoring one that is gone. */
@@ -42,21 +114,35 @@ export function descendants(root: number): number[] {
   return out
 }
 
+/** Whether `pid` still runs (a zombie, dead and waiting to be reaped, does not). */
+export function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z'
+  } catch {
+    return false
+  }
+}
+
 /**
  * SIGKILL to `root`'s group and to every descendant, at once: a host crash.
  * A group alone is not enough for PostgreSQL, whose backends each call
  * setsid(); killed with the postmaster only, they linger until they notice.
+ * Returns the pids it signalled.
  */
-export function killTree(root: number): void {
+export function killTree(root: number): number[] {
   const pids = descendants(root)
   killGroup(root)
   for (const pid of pids) try { process.kill(pid, 'SIGKILL') } catch { /* gone */ }
+  return pids
 }
 
 function killEverythingNow(): void {
-  for (const kill of killers) try { kill() } catch { /* best effort */ }
-  for (const pid of groups) killTree(pid)
-  for (const dir of temps) try { rmSync(dir, { recursive: true, force: true }) } catch { /* best effort */ }
+  for (const scope of scopes) {
+    for (const kill of scope.killers) try { kill() } catch { /* best effort */ }
+    for (const pid of scope.groups) killTree(pid)
+    for (const dir of scope.temps) try { rmSync(dir, { recursive: true, force: true }) } catch { /* best effort */ }
+  }
 }
 process.on('exit', killEverythingNow)
 // Our servers run in groups of their own, so a Ctrl-C to the runner does not reach them: pass it on.
@@ -66,15 +152,44 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const)
     process.exit(130)
   })
 
-/** Everything started so far is killed and every temp dir removed; call from afterAll. */
+/**
+ * Tears `scope` down: its steps (last first, each bounded), then its killers
+ * and process groups (SIGKILL), waiting until every killed process is gone,
+ * then its temp dirs. Returns what it gave up on, by name; never throws.
+ */
+async function cleanScope(scope: Scope): Promise<string[]> {
+  const problems: string[] = []
+  for (const step of scope.steps.splice(0).reverse()) {
+    try {
+      await bounded(`${step.what} (${scope.label})`, step.run(), step.timeoutMs)
+    } catch (error) {
+      problems.push(error instanceof Error ? error.message : String(error))
+    }
+  }
+  for (const kill of scope.killers) try { kill() } catch (error) { problems.push(`a killer failed: ${String(error)}`) }
+  scope.killers.clear()
+  const killed = [...scope.groups].flatMap((pid) => killTree(pid))
+  scope.groups.clear()
+  // SIGKILLed: gone as soon as the kernel has torn them down; their folders are removed after.
+  if (!(await waitUntil(() => killed.every((pid) => !alive(pid)), KILLED_GONE_MS, 20))) {
+    problems.push(`teardown: gave up after ${KILLED_GONE_MS} ms waiting for killed processes to be gone (${scope.label}): ${killed.filter(alive).join(', ')} still run`)
+  }
+  for (const dir of scope.temps) try { rmSync(dir, { recursive: true, force: true }) } catch (error) { problems.push(`could not remove ${dir}: ${String(error)}`) }
+  scope.temps.clear()
+  if (scope !== fileScope) scopes.delete(scope)
+  return problems
+}
+
+/**
+ * Inside `scoped()`: that scope, torn down now. Outside (a file's afterAll):
+ * everything still registered, every scope's included (a scenario that timed
+ * out and still runs in the background loses its processes here).
+ * Throws naming what a teardown step gave up waiting for.
+ */
 export async function cleanupAll(): Promise<void> {
-  for (const kill of killers) kill()
-  killers.clear()
-  for (const pid of groups) killTree(pid)
-  groups.clear()
-  await Bun.sleep(100)
-  for (const dir of temps) rmSync(dir, { recursive: true, force: true })
-  temps.clear()
+  const inside = storage.getStore()
+  const problems = inside ? await cleanScope(inside) : (await Promise.all([...scopes].map(cleanScope))).flat()
+  if (problems.length) throw new Error(problems.join('; '))
 }
 
 export const isRoot = process.getuid?.() === 0
@@ -90,7 +205,7 @@ export function asServiceUser(argv: string[]): string[] {
 /** A temp dir removed at the end; owned by SERVICE_USER when we are root, so the servers can write in it. */
 export function tempDir(label: string): string {
   const dir = mkdtempSync(join(tmpdir(), `idem-scale-${label}-`))
-  temps.add(dir)
+  current().temps.add(dir)
   if (isRoot) {
     const { uid, gid } = serviceUserIds()
     chownSync(dir, uid, gid)
@@ -152,7 +267,7 @@ export function start(argv: string[], options: { env?: Record<string, string>; c
 
 /** Registers a process group leader started elsewhere (spawnService, spawnSimulator with detached). */
 export function track(pid: number): void {
-  groups.add(pid)
+  current().groups.add(pid)
 }
 
 /** Runs a command to completion; throws with its output on a non-zero exit. */

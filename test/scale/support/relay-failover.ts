@@ -11,9 +11,9 @@ import { COMMIT_UNREPLICATED_METRIC } from '../../../src/store/durability'
 import { createDatabase } from './database'
 import { ms, paidId, tally, untilPaid, type Answer } from './load'
 import { PostgresServer } from './postgres-server'
-import { cleanupAll, waitFor } from './processes'
+import { onTeardown, scoped, waitFor } from './processes'
 import { TcpRelay } from './tcp-proxy'
-import { adminClient, checkLedgers, report, startInstance, startProvider, type LedgerCheck } from './world'
+import { adminClient, checkLedgers, report, startInstance, startProvider, STOP_DEADLINE_MS, type LedgerCheck } from './world'
 
 export const KEYS = 150
 /** New keys arriving while the standby lags: in asynchronous mode each draws a lease on the primary alone. */
@@ -40,12 +40,25 @@ export interface FailoverFigures extends LedgerCheck {
   readonly warnedAtStart: boolean
 }
 
-export async function relayFailover(mode: 'synchronous' | 'asynchronous'): Promise<FailoverFigures> {
+/**
+ * One run, in a scope of its own: whatever happens, its teardown (service
+ * stop, relay close, clients' end, then every process killed and its folders
+ * removed) is bounded step by step and touches nothing another run started.
+ */
+export function relayFailover(mode: 'synchronous' | 'asynchronous'): Promise<FailoverFigures> {
+  return scoped(`failover (${mode})`, () => scenario(mode))
+}
+
+/** How long each teardown step may take: a relay's close, a client's end (a SIGTERMed service has its own, STOP_DEADLINE_MS). */
+const STEP_MS = 10_000
+
+async function scenario(mode: 'synchronous' | 'asynchronous'): Promise<FailoverFigures> {
   // Synchronous only once the standby streams: before, every commit (create database included) would wait for it.
   const primary = PostgresServer.init(`primary-${mode.slice(0, 5)}`, { synchronous_commit: "'on'" })
   await primary.start()
   const db = await createDatabase('failover', primary.url())
   const relay = await TcpRelay.start(primary.port)
+  onTeardown('the relay to close', () => relay.stop(), STEP_MS)
   // Copied from the primary by pg_basebackup, synchronous_standby_names would
   // make the promoted standby wait forever for a standby of its own: every
   // commit hung. Empty, it runs alone until one is attached (docs/how-to/ha-patroni.md).
@@ -55,6 +68,7 @@ export async function relayFailover(mode: 'synchronous' | 'asynchronous'): Promi
   const standby = PostgresServer.standbyOf(primary, 'standby1', { synchronous_standby_names: "''", wal_retrieve_retry_interval: "'500ms'" }, relay.port)
   await standby.start()
   const primarySql = adminClient(db.url)
+  onTeardown('the primary\'s admin client to end', () => primarySql.end({ timeout: 0 }), STEP_MS)
   if (mode === 'synchronous') await requireSyncStandby(primarySql, 'standby1')
   await waitFor(`standby1 streaming (${mode})`, async () => {
     const [row] = await primarySql<{ state: string; sync_state: string }[]>`
@@ -62,9 +76,12 @@ export async function relayFailover(mode: 'synchronous' | 'asynchronous'): Promi
     return row?.state === 'streaming' && row.sync_state === (mode === 'synchronous' ? 'sync' : 'async')
   })
   const standbySql = adminClient(standby.url(db.name))
+  onTeardown('the standby\'s admin client to end', () => standbySql.end({ timeout: 0 }), STEP_MS)
   const provider = await startProvider(PROVIDER_DELAY_MS)
   const url = `postgres://postgres@127.0.0.1:${primary.port},127.0.0.1:${standby.port}/${db.name}?target_session_attrs=read-write`
   const service = await startInstance(`failover-${mode}`, { databaseUrl: url, providerUrl: provider.url, ttlSeconds: 3 })
+  // Its own deadline (STOP_DEADLINE_MS), which names it and quotes its last lines.
+  onTeardown(`service failover-${mode} to stop`, () => service.stop(), STOP_DEADLINE_MS + STEP_MS)
 
   const metrics = await (await fetch(`${service.url}/metrics`)).text()
   const unreplicatedGauge = new RegExp(`^${COMMIT_UNREPLICATED_METRIC} (\\S+)$`, 'm').exec(metrics)?.[1]
@@ -140,10 +157,6 @@ export async function relayFailover(mode: 'synchronous' | 'asynchronous'): Promi
     ...(mode === 'asynchronous' ? { 'leases on the lost primary': handedOutOnPrimary.size, 'new leases on the promoted standby': drawnAfter.length, 'handed out twice': leasesHandedOutTwice.length } : {}),
     [COMMIT_UNREPLICATED_METRIC]: unreplicatedGauge,
   })
-  await service.stop()
-  await Promise.all([primarySql.end({ timeout: 0 }), standbySql.end({ timeout: 0 })])
-  await relay.stop()
-  await cleanupAll()
   return figures
 }
 

@@ -9,7 +9,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import { spawnService } from '../../support/process'
-import { freePort, killGroup, tempDir, track } from './processes'
+import { bounded, freePort, killGroup, tempDir, track } from './processes'
 
 export const API_KEY = 'acme-key'
 export const TENANT = 'acme'
@@ -84,8 +84,12 @@ export interface Instance {
   output(): string
   /** A host crash: the whole process group at once. */
   kill(): Promise<void>
-  /** SIGTERM and wait: the drain. */
-  stop(): Promise<number>
+  /**
+   * SIGTERM and wait for the exit: the drain. Bounded: past `timeoutMs` it
+   * throws, naming the instance and quoting its last lines (the process is
+   * left to the scope's cleanup, which SIGKILLs it). @default STOP_DEADLINE_MS
+   */
+  stop(timeoutMs?: number): Promise<number>
   readonly exited: Promise<number>
 }
 
@@ -97,6 +101,19 @@ export interface InstanceOptions {
   /** A fixed port, so a restarted instance is where the load balancer expects it. @default a free one */
   readonly port?: number
   readonly env?: Record<string, string>
+}
+
+/**
+ * How long a service instance may take to exit after SIGTERM: its drain is at
+ * most DRAIN_TIMEOUT_MS + ABORTED_DRAIN_MS (10 + 3 s), the last scrape's wait
+ * LAST_SCRAPE_WAIT_MS (15 s), then a second for the listeners and 5 s for the
+ * pools (src/lifecycle.ts): 34 s, and a margin for a loaded machine.
+ */
+export const STOP_DEADLINE_MS = 45_000
+
+/** The last `n` lines of a process's output, for an error message. */
+export function lastLines(output: string, n = 15): string {
+  return output.trimEnd().split('\n').slice(-n).map((line) => `    ${line.slice(0, 400)}`).join('\n')
 }
 
 export async function startInstance(name: string, options: InstanceOptions): Promise<Instance> {
@@ -129,9 +146,13 @@ export async function startInstance(name: string, options: InstanceOptions): Pro
       killGroup(proc.pid)
       await proc.exited
     },
-    async stop() {
+    async stop(timeoutMs = STOP_DEADLINE_MS) {
       if (proc.exitCode === null) proc.kill('SIGTERM')
-      return proc.exited
+      try {
+        return await bounded(`service instance ${name} (pid ${proc.pid}) to exit after SIGTERM (its drain)`, proc.exited, timeoutMs)
+      } catch (error) {
+        throw new Error(`${(error as Error).message}; its last lines:\n${lastLines(output())}`)
+      }
     },
   }
 }
