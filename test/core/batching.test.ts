@@ -383,6 +383,55 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
   })
 })
 
+describe('a deadlock with another session', () => {
+  // Catches: a shared statement that meets a lock cycle (it holds A, waits for B; another session holds B, waits
+  // for A) failing every member, or waiting on it past a few tens of milliseconds: C and D share its fate otherwise.
+  test('the lane\'s statement holds A and waits for B while another session holds B and waits for A: the members beside them commit while the other session still holds its locks, A and B fail alone', async () => {
+    const cycle = await createTestDatabase('lane_deadlock')
+    const pools = openPools(cycle.url, { applicationName: 'lane-deadlock', shortMax: 4 })
+    laneOf(pools.short, { overlapAfterMs: 60_000 }) // one shared statement for all four (see the lane tests above)
+    const foreign = await cycle.sql.reserve()
+    try {
+      const leases: Lease[] = []
+      for (let i = 0; i < 4; i++) {
+        const result = await claim(cycle.pools.short, identity(), timing)
+        if (result.kind !== 'created') throw new Error(result.kind)
+        leases.push(result.lease)
+      }
+      const [a, b, c, d] = leases as [Lease, Lease, Lease, Lease]
+      // The statement completes its members in their order: A's row is locked first, and held 0.3 s (a trigger)
+      // while the other session, already holding B, asks for A.
+      await cycle.sql.unsafe(`
+        create function test_slow_done() returns trigger language plpgsql as $$
+        begin if new.key = '${a.key}' and new.status = 'done' then perform pg_sleep(0.3); end if; return new; end $$;
+        create trigger test_slow_done before update on idempotency_keys for each row execute function test_slow_done();`)
+      await foreign`begin`
+      await foreign`select 1 from idempotency_keys where tenant = ${b.tenant} and key = ${b.key} for update`
+      const busy = claim(pools.short, identity(), timing)
+      const outcomes = Promise.allSettled([a, b, c, d].map((lease) => {
+        const { response, insert } = paymentFor(lease)
+        return completeRows(pools.short, lease, response, insert)
+      }))
+      await busy
+      await waitFor(async () => (await cycle.sql`
+        select 1 from pg_stat_activity where datname = current_database() and application_name = 'lane-deadlock:short' and wait_event = 'PgSleep'`).length > 0,
+      'the shared statement to hold A (in its trigger)')
+      const askA = foreign`select 1 from idempotency_keys where tenant = ${a.tenant} and key = ${a.key} for update`.then(() => 'granted', (error: unknown) => error)
+      const settled = await outcomes
+      expect(settled.map((outcome) => outcome.status)).toEqual(['rejected', 'rejected', 'fulfilled', 'fulfilled'])
+      for (const outcome of settled.slice(0, 2)) expect(outcome.status === 'rejected' && isLockFailure(outcome.reason)).toBe(true)
+      expect(await askA).toBe('granted') // the other session got A once the statement gave it up: no one was left waiting
+      const paid = async (lease: Lease) => (await cycle.sql<{ n: number }[]>`select count(*)::int as n from payments where idempotency_key = ${lease.key}`)[0]!.n
+      expect({ a: await paid(a), b: await paid(b), c: await paid(c), d: await paid(d) }).toEqual({ a: 0, b: 0, c: 1, d: 1 })
+    } finally {
+      await foreign`rollback`.catch(() => {})
+      foreign.release()
+      await pools.close(1)
+      await cycle.drop()
+    }
+  }, 30_000)
+})
+
 describe('completions are heap-only updates', () => {
   // Catches: an index on a column a completion changes (status, completed_at, stale_at...), or a fillfactor without room.
   test('at least 90 % of 600 completions are HOT, and none leaves an entry in the keys table\'s indexes', async () => {
