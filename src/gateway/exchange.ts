@@ -21,12 +21,12 @@
  */
 import { claim, inProgress } from '../core/claim'
 import { completeRows } from '../core/complete-rows'
-import { completionState } from '../core/completion-state'
+import { completeRecovering } from '../core/completion-recovery'
 import { DeadlineExceededError, deadlineSignal, executionBudgetMs, ShuttingDownError, withTimeout } from '../core/deadline'
 import { downstreamKey } from '../core/downstream-key'
-import { DatabaseUnavailableError, isLockFailure, isUnavailable, LeaseLostError } from '../core/errors'
+import { DatabaseUnavailableError, LeaseLostError } from '../core/errors'
 import { newLeaseId } from '../core/lease-id'
-import { recovering, type Recovery } from '../core/recovery'
+import type { Recovery } from '../core/recovery'
 import { release, type ReleaseReason } from '../core/release'
 import type { ClaimResult, Lease, StoredResponse } from '../core/types'
 import { BusyKeys } from '../http/busy-keys'
@@ -247,7 +247,7 @@ export function gatewayExchange(options: ExchangeOptions): (request: Request, cl
     }
     const stored = toStored(status, headers, answer, options.unreplayedHeaders)
     try {
-      const done = await completeRecovering(route, lease, stored, claimSentAt)
+      const done = await completeStored(route, lease, stored, claimSentAt)
       // performance.now() before the completion was sent would be exact; the claim's instant is earlier still, so safe.
       cache.set(lease.tenant, lease.key, seen, done, options.retentionSeconds, claimSentAt)
       count(route, outcome, started)
@@ -269,23 +269,9 @@ export function gatewayExchange(options: ExchangeOptions): (request: Request, cl
     }
   }
 
-  function completeRecovering(route: GatewayRoute, lease: Lease, stored: StoredResponse, claimSentAt: number): Promise<StoredResponse> {
-    let lost = false
-    let alone = false
-    return recovering('completion', async (attempt) => {
-      if (attempt > 1) {
-        const state = await completionState(pools.short, lease)
-        if (state.kind === 'done') return state.response
-        if (state.kind === 'lost') {
-          lost = true
-          throw new LeaseLostError()
-        }
-      }
-      return completeRows(pools.short, lease, stored, {}, { alone })
-    }, recoveryUntil(route, claimSentAt + budgetMs(route)), (error, attempt) => {
-      if (isLockFailure(error)) alone = true
-      return !lost && (isUnavailable(error) || isLockFailure(error) || (error instanceof LeaseLostError && attempt > 1))
-    })
+  /** The completion, sent again while the route's deadline leaves time (core/completion-recovery.ts). */
+  function completeStored(route: GatewayRoute, lease: Lease, stored: StoredResponse, claimSentAt: number): Promise<StoredResponse> {
+    return completeRecovering(pools.short, lease, (alone) => completeRows(pools.short, lease, stored, {}, { alone }), recoveryUntil(route, claimSentAt + budgetMs(route)))
   }
 
   function recoveryUntil(route: GatewayRoute, until: number): Recovery {

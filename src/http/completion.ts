@@ -5,9 +5,8 @@
  */
 import { complete } from '../core/complete'
 import { completeRows } from '../core/complete-rows'
-import { completionState } from '../core/completion-state'
-import { LeaseLostError, isLockFailure, isUnavailable } from '../core/errors'
-import { recovering, type Recovery } from '../core/recovery'
+import { completeRecovering } from '../core/completion-recovery'
+import type { Recovery } from '../core/recovery'
 import type { Lease, StoredResponse } from '../core/types'
 import { FailedResult, routeStep } from './failure'
 import { PROBLEM_CONTENT_TYPE } from './problem'
@@ -27,35 +26,9 @@ export interface Completion<Body, Result> {
 }
 
 export function completer<Body, Result>(route: IdempotentRoute<Body, Result>, pools: IdempotencyPools, now: (() => Date | undefined) | undefined) {
-  /**
-   * The completion, sent again while its connection fails under it and the
-   * request's deadline is ahead. Before each new attempt the key is read:
-   * done under our lease is the lost attempt's commit (its stored answer is
-   * the answer), processing under our lease means nothing committed (the
-   * recording step runs again: nothing of its last run was written), anything
-   * else a lost lease. A fence that fails on a later attempt is read the same
-   * way: the earlier attempt may have committed in between.
-   */
-  return function completeRecovering(completion: Completion<Body, Result>): Promise<StoredResponse> {
-    const { lease } = completion
-    let lost = false
-    // A completion that gave up on its key's row locked by another session committed nothing: it is
-    // sent again while the deadline leaves time, alone from then on, so no one else waits on that row.
-    let alone = false
-    return recovering('completion', async (attempt) => {
-      if (attempt > 1) {
-        const state = await completionState(pools.short, lease)
-        if (state.kind === 'done') return state.response
-        if (state.kind === 'lost') {
-          lost = true
-          throw new LeaseLostError()
-        }
-      }
-      return completeOnce(completion, alone)
-    }, completion.recovery, (error, attempt) => {
-      if (isLockFailure(error)) alone = true
-      return !lost && (isUnavailable(error) || isLockFailure(error) || (error instanceof LeaseLostError && attempt > 1))
-    })
+  /** The completion, sent again while the deadline leaves time (core/completion-recovery.ts). */
+  return function completeRecoveringRoute(completion: Completion<Body, Result>): Promise<StoredResponse> {
+    return completeRecovering(pools.short, completion.lease, (alone) => completeOnce(completion, alone), completion.recovery)
   }
 
   /** The recording step and the completion, in the route's form. */
