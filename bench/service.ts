@@ -1,11 +1,12 @@
 import type { Subprocess } from 'bun'
 import { spawnService } from '../test/support/process'
 
-// Production mode (NODE_ENV below) refuses keys and tokens under 32 characters.
-export const BENCH_API_KEY = 'bench-key-0123456789abcdef0123456789'
+// Production mode (NODE_ENV below) refuses keys and tokens under 32 characters or that look typed (zxcvbn: under 83 bits):
+// these were drawn once with `openssl rand -base64 30`.
+export const BENCH_API_KEY = 'nYJELY-tIANPYsDctEljH1-eibK6rV6Aox_Ef_aw'
 export const BENCH_TENANT = 'bench'
 /** Production serves /metrics only behind a token (or on a port of its own). */
-export const BENCH_METRICS_TOKEN = 'bench-metrics-token-0123456789abcdef01'
+export const BENCH_METRICS_TOKEN = 'RXELN9bMp-IvlQtO7vwKg109MPUFgD1AUr66sfHZ'
 
 export interface Service {
   readonly url: string
@@ -28,7 +29,7 @@ export async function startService(databaseUrl: string, providerUrl: string, env
       DATABASE_URL: databaseUrl,
       PAYMENT_PROVIDER_URL: providerUrl,
       API_KEYS: `${BENCH_TENANT}:${BENCH_API_KEY}`,
-      ADMIN_TOKEN: 'bench-admin-token-0123456789abcdef0123',
+      ADMIN_TOKEN: 'E_yW8DI-rlU1QdLgGytQ8UxtwuSXPh0MvTOgHvtx',
       METRICS_TOKEN: BENCH_METRICS_TOKEN,
       // A benchmark is one tenant at full speed: the per-tenant limits would measure themselves.
       TENANT_RATE_LIMIT: '0',
