@@ -21,7 +21,7 @@ import { freshDatabase } from './database'
 import { runLoad } from './load'
 import { startProvider } from './provider'
 import { paymentBody } from './round-trips'
-import { BENCH_API_KEY, BENCH_TENANT } from './service'
+import { BENCH_ADMIN_TOKEN, BENCH_API_KEY, BENCH_METRICS_TOKEN, BENCH_TENANT } from './service'
 
 const other = process.argv[2]
 if (!other) throw new Error('usage: bun bench/compare-engines.ts <other checkout> [--unlocked-old]')
@@ -36,7 +36,7 @@ type Engine = (typeof ORDER)[number]
 const base = process.env.DATABASE_URL
 if (!base) throw new Error('set DATABASE_URL (the other engine needs a server of its own choosing too)')
 const headers = { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' }
-const env = { API_KEYS: `${BENCH_TENANT}:${BENCH_API_KEY}`, ADMIN_TOKEN: 'bench-admin-token-0123456789abcdef0123', METRICS_TOKEN: 'bench-metrics-token-0123456789abcdef01', NODE_ENV: 'production' }
+const env = { API_KEYS: `${BENCH_TENANT}:${BENCH_API_KEY}`, ADMIN_TOKEN: BENCH_ADMIN_TOKEN, METRICS_TOKEN: BENCH_METRICS_TOKEN, NODE_ENV: 'production' }
 
 const newDb = await freshDatabase(() => undefined)
 const oldName = `idem_bench_old_${crypto.randomUUID().slice(0, 8)}`

@@ -7,6 +7,7 @@ export const BENCH_API_KEY = 'nYJELY-tIANPYsDctEljH1-eibK6rV6Aox_Ef_aw'
 export const BENCH_TENANT = 'bench'
 /** Production serves /metrics only behind a token (or on a port of its own). */
 export const BENCH_METRICS_TOKEN = 'RXELN9bMp-IvlQtO7vwKg109MPUFgD1AUr66sfHZ'
+export const BENCH_ADMIN_TOKEN = 'E_yW8DI-rlU1QdLgGytQ8UxtwuSXPh0MvTOgHvtx'
 
 export interface Service {
   readonly url: string
@@ -29,7 +30,7 @@ export async function startService(databaseUrl: string, providerUrl: string, env
       DATABASE_URL: databaseUrl,
       PAYMENT_PROVIDER_URL: providerUrl,
       API_KEYS: `${BENCH_TENANT}:${BENCH_API_KEY}`,
-      ADMIN_TOKEN: 'E_yW8DI-rlU1QdLgGytQ8UxtwuSXPh0MvTOgHvtx',
+      ADMIN_TOKEN: BENCH_ADMIN_TOKEN,
       METRICS_TOKEN: BENCH_METRICS_TOKEN,
       // A benchmark is one tenant at full speed: the per-tenant limits would measure themselves.
       TENANT_RATE_LIMIT: '0',
