@@ -28,11 +28,19 @@
  *    standby) left queries pending forever; the heartbeat's was one, and the
  *    service's SIGTERM drain waited for it (test/scale/failover.scale.ts).
  *
+ * 5. A query that failed after some of its rows had come (an error raised
+ *    by a later row, a statement timeout mid-result) left the connection's
+ *    row counter where it was: the next query on that connection got its
+ *    rows after as many empty slots, and `const [row] = await sql...` read
+ *    undefined (porsager/postgres#1119). Seen on Citus as a 500 for a claim
+ *    pipelined behind a call that timed out on a frozen worker.
+ *
  * The fixes: a dead connection forgets its current query; a close rejects
  * whatever is still pending, with or without an error, and drops its unsent
  * bytes; a query through a closed connection is rejected
  * (CONNECTION_CLOSED) instead of written; a first query whose connection
- * dies is rejected, however many hosts the URL names.
+ * dies is rejected, however many hosts the URL names; an error resets the
+ * row counter.
  *
  * How: a Bun runtime plugin rewrites connection.js as it is imported (no
  * patched copy of node_modules, nothing run at install time: a package that
@@ -100,6 +108,14 @@ export const DRIVER_FIXES: readonly Fix[] = [
       return`,
     to: `    if (connection.queue === queues.connecting && options.host[retries + 1] && (!query || query.handler === execute)) /* idempotent-post driver-fixes: 4 */
       return`,
+  },
+  {
+    name: 'an error resets the row counter',
+    from: `  function ErrorResponse(x) {
+    if (query) {`,
+    to: `  function ErrorResponse(x) {
+    rows = 0 /* idempotent-post driver-fixes: 5 */
+    if (query) {`,
   },
   {
     name: 'nothing is written to a socket that is gone',

@@ -6,6 +6,7 @@
  */
 import { expect, test } from 'bun:test'
 import { join } from 'node:path'
+import postgres from 'postgres'
 import { DRIVER_FIXES, patchConnectionSource } from '../../src/store/driver-fixes'
 
 const connectionJs = join(import.meta.dir, '..', '..', 'node_modules', 'postgres', 'src', 'connection.js')
@@ -27,4 +28,21 @@ test('the package pins the driver version the fixes were written for', async () 
   const installed = await Bun.file(join(import.meta.dir, '..', '..', 'node_modules', 'postgres', 'package.json')).json() as { version: string }
   expect(manifest.dependencies.postgres).toBe('3.4.9')
   expect(installed.version).toBe('3.4.9')
+})
+
+// Fix 5. Catches: the row counter kept after an error, the next query's rows after empty slots.
+test('a query after one that failed mid-result gets its rows from the first slot', async () => {
+  const one = postgres(process.env.DATABASE_URL!, { max: 1, fetch_types: false, onnotice: () => undefined })
+  try {
+    // Three rows come, then the fourth raises.
+    const failing = () => one`select i, 1 / (4 - i) as boom from generate_series(1, 10) i`.then(() => 'answered', (error: Error) => error.message)
+    expect(await failing()).toContain('division by zero')
+    expect([...await one`select 1 as one`]).toEqual([{ one: 1 }])
+    // Sent behind it on the same connection (pipelined).
+    const [failed, next] = await Promise.all([failing(), one`select 2 as two`])
+    expect(failed).toContain('division by zero')
+    expect([...next]).toEqual([{ two: 2 }])
+  } finally {
+    await one.end({ timeout: 1 })
+  }
 })
