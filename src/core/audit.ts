@@ -23,6 +23,14 @@ export interface AuditEntry {
   readonly detail?: Record<string, unknown> | undefined
 }
 
+/**
+ * The tenant of an entry about no single tenant (the manual purge, an
+ * expire-stale over every tenant). The table's primary key is (tenant, id),
+ * as Citus needs to distribute it by tenant (sql/engine/00011), so no entry
+ * has a NULL tenant; the readers (operations/audit.ts) show this one as none.
+ */
+export const ALL_TENANTS = '*'
+
 /** Longest actor the table accepts (its CHECK); longer names are cut here, never refused. */
 export const MAX_ACTOR_LENGTH = 128
 
@@ -43,7 +51,7 @@ export function insertAudit(sql: Sql, rows: Fragment): Fragment {
 /** Appends one entry; returns its id. */
 export async function recordAudit(sql: Sql, entry: AuditEntry): Promise<string> {
   const [row] = await sql<{ id: string }[]>`
-    ${insertAudit(sql, sql`values (${auditActor(entry.actor)}, ${entry.action}, ${entry.tenant ?? null}, ${entry.key ?? null},
+    ${insertAudit(sql, sql`values (${auditActor(entry.actor)}, ${entry.action}, ${entry.tenant ?? ALL_TENANTS}, ${entry.key ?? null},
                                    ${entry.outcome}, ${entry.detail ? sql.json(entry.detail as never) : null})`)}
     returning id`
   return row!.id

@@ -1,5 +1,5 @@
 /** Reading the audit trail: newest first, filtered; one entry. Writes go through core/audit.ts. */
-import { AUDIT_ACTIONS, type AuditAction } from '../core/audit'
+import { ALL_TENANTS, AUDIT_ACTIONS, type AuditAction } from '../core/audit'
 import { OperationInputError, type OperationsContext } from './context'
 import { isPositiveBigint } from './ids'
 import { pageLimit } from './list'
@@ -68,7 +68,7 @@ export async function listAudit(context: OperationsContext, filters: AuditFilter
   const { sql } = context
   const limit = pageLimit(filters.limit, MAX_AUDIT_PAGE)
   const entries = await sql<AuditRecord[]>`
-    select id::text, at, actor, action, tenant, key, outcome, detail
+    select id::text, at, actor, action, nullif(tenant, ${ALL_TENANTS}) as tenant, key, outcome, detail
       from idempotency_audit a
      where true
        ${filters.before ? sql`and a.id < ${filters.before}` : sql``}
@@ -85,6 +85,6 @@ export async function listAudit(context: OperationsContext, filters: AuditFilter
 export async function auditEntry(context: OperationsContext, id: string): Promise<AuditRecord | undefined> {
   if (!isPositiveBigint(id)) throw new OperationInputError('an audit entry id is a whole number from 1 to 9223372036854775807')
   const [entry] = await context.sql<AuditRecord[]>`
-    select id::text, at, actor, action, tenant, key, outcome, detail from idempotency_audit where id = ${id}`
+    select id::text, at, actor, action, nullif(tenant, ${ALL_TENANTS}) as tenant, key, outcome, detail from idempotency_audit where id = ${id}`
   return entry
 }

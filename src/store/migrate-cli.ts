@@ -7,6 +7,10 @@
  * on a pooled connection where the next migration waits for it
  * (store/migrate.ts checkSchema, docs/how-to/pgbouncer.md).
  *
+ * `--distribute`: then, on a Citus coordinator whose tables are still local
+ * (the database was migrated before citus was added), distributes them
+ * online (store/citus.ts distributeOnline, docs/how-to/citus.md).
+ *
  * Refused with exit code 2: DATABASE_PGBOUNCER=1 (the operator says so), or a
  * server that refuses a startup parameter PostgreSQL accepts (PgBouncer
  * answers `unsupported startup parameter` unless told to ignore it).
@@ -15,6 +19,7 @@ import postgres from 'postgres'
 import { ConfigError, loadDatabaseConfig } from '../config'
 import { driverConnection, type ConnectionSettings } from './connection-settings'
 import { startEmbedded } from './embedded'
+import { citusMode, distributeOnline } from './citus'
 import { describeVersions, describeWaiting, migrateService } from './migrate'
 
 const out = (line: string) => process.stdout.write(`${line}\n`)
@@ -37,7 +42,13 @@ async function pgbouncerRefusal(database: ConnectionSettings): Promise<string | 
   }
 }
 
-async function main(): Promise<number> {
+async function main(args: readonly string[]): Promise<number> {
+  const distribute = args.includes('--distribute')
+  const unknown = args.filter((arg) => arg !== '--distribute')
+  if (unknown.length) {
+    err(`unknown argument(s): ${unknown.join(' ')} (usage: npm run migrate [-- --distribute])`)
+    return 2
+  }
   let config: ReturnType<typeof loadDatabaseConfig>
   try {
     config = loadDatabaseConfig()
@@ -66,6 +77,13 @@ async function main(): Promise<number> {
     // The contract step of an upgrade: run this again once every instance of the older release is stopped (docs/how-to/upgrade.md).
     for (const step of pending ?? [])
       out(`contract step ${step.line} ${step.version} (${step.name}) not applied: ${describeWaiting(step)} do not know ${describeVersions(step.requires)}; run again once they are stopped`)
+    const database = config.databaseConnection ?? embedded!.url
+    if (distribute) {
+      const { tables, functions } = await distributeOnline(database, { log: out })
+      out(tables.length || functions.length ? `distributed: ${[...tables, ...functions].join(', ')}` : 'nothing to distribute: every table is distributed already')
+    } else if (await modeOf(database) === 'local') {
+      out('this database has the citus extension but its tables are local to the coordinator: run `npm run migrate -- --distribute` to distribute them online (docs/how-to/citus.md)')
+    }
     return 0
   } catch (error) {
     err(`migration failed: ${error instanceof Error ? error.message : error}`)
@@ -75,4 +93,14 @@ async function main(): Promise<number> {
   }
 }
 
-process.exitCode = await main()
+async function modeOf(database: string | ConnectionSettings) {
+  const { url, options } = driverConnection(database)
+  const sql = postgres(url, { ...(options as object), max: 1, connect_timeout: 10, fetch_types: false, onnotice: () => undefined })
+  try {
+    return await citusMode(sql)
+  } finally {
+    await sql.end({ timeout: 1 })
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2))

@@ -49,11 +49,22 @@ interface Migration {
    * line, wait for a later run.
    */
   readonly requires?: Readonly<Record<string, number>>
+  /**
+   * `-- @no-transaction`: its statements run one by one, each committing on
+   * its own, for those that refuse a transaction block (CREATE INDEX
+   * CONCURRENTLY: an index built on a large table while it is written). So
+   * each statement must be safe to run again (a run that fails part-way is
+   * run again from its first statement). On a new database, whose tables are
+   * empty, they run in the one transaction with the others, CONCURRENTLY
+   * dropped: there is nothing to wait for.
+   */
+  readonly transaction: boolean
 }
 
 const FILE = /^(\d{5})_([a-z0-9_]+)\.sql$/
 const ONLINE = /^--\s*@online\b/m
 const CONTRACT = /^--\s*@contract\s+requires\s+(.+)$/m
+const NO_TRANSACTION = /^--\s*@no-transaction\b/m
 
 /** The directives of a migration's text (see Migration). */
 function directivesOf(text: string, file: string): Pick<Migration, 'online' | 'requires'> {
@@ -75,7 +86,8 @@ export function migrationsOf(line: MigrationLine): Migration[] {
     const match = FILE.exec(file)
     if (!match) return []
     const path = join(line.dir, file)
-    return [{ version: Number(match[1]), name: match[2]!, file: path, ...directivesOf(readFileSync(path, 'utf8'), path) }]
+    const text = readFileSync(path, 'utf8')
+    return [{ version: Number(match[1]), name: match[2]!, file: path, transaction: !NO_TRANSACTION.test(text), ...directivesOf(text, path) }]
   }).sort((a, b) => a.version - b.version)
   migrations.forEach((migration, index) => {
     if (migration.version !== index + 1) throw new Error(`${line.dir}: migration ${index + 1} is missing or numbered twice (found ${migration.version}); number them 00001, 00002, ... without gaps`)
@@ -194,18 +206,33 @@ export async function migrate(database: string | ConnectionSettings, options: { 
     await requireUtf8(sql)
     // Another migrator's run is waited for as long as it takes: lock_timeout bounds a step's table locks,
     // not this wait (under it, a migrator that waited 0.5 s for another failed with 55P03).
-    await sql`set lock_timeout = 0`
-    await sql`select pg_advisory_lock(${MIGRATION_LOCK_ID})`
-    await sql.unsafe(`set lock_timeout = ${MIGRATION_LOCK_TIMEOUT_MS}`)
+    await takeMigrationLock(sql)
     // A database no line has touched yet serves nobody: everything in one transaction, nothing half-made.
     const fresh = (await Promise.all(lines.map((line) => versionOf(sql, line)))).every((version) => version === 0) && await legacyVersion(sql) === undefined
-    if (fresh) return await retryingLocks(() => sql.begin((tx) => applyPending(tx, lines, known, (step) => step(tx))))
+    if (fresh) return await retryingLocks(() => sql.begin((tx) => applyPending(tx, lines, known, (step) => step(tx), true)))
     // A serving database: one short transaction per file, so no step holds its lock while the next one waits for another.
-    return await applyPending(sql, lines, known, <T>(step: (tx: Sql) => Promise<T>) => retryingLocks(() => sql.begin(step) as Promise<T>))
+    return await applyPending(sql, lines, known, <T>(step: (tx: Sql) => Promise<T>) => retryingLocks(() => sql.begin(step) as Promise<T>), false, sql)
   } finally {
     await sql`select pg_advisory_unlock(${MIGRATION_LOCK_ID})`.catch(() => undefined)
     await sql.end({ timeout: 5 })
   }
+}
+
+/** How often a migrator waiting for another asks for the lock again. */
+const MIGRATION_LOCK_POLL_MS = 100
+
+/**
+ * Takes the migration lock (MIGRATION_LOCK_ID) on this session, waiting for
+ * another migrator's run as long as it takes, by asking again and again
+ * rather than inside pg_advisory_lock(): a session waiting in a statement
+ * holds a snapshot, and an index built CONCURRENTLY by the migrator it waits
+ * for (a @no-transaction step, or Citus distributing a table online) waits
+ * for every older snapshot of the database: the two waited for each other
+ * (40P01, deadlock detected, when eight migrators started at once).
+ */
+export async function takeMigrationLock(sql: postgres.Sql): Promise<void> {
+  while (!(await sql<{ got: boolean }[]>`select pg_try_advisory_lock(${MIGRATION_LOCK_ID}) as got`)[0]!.got)
+    await Bun.sleep(MIGRATION_LOCK_POLL_MS)
 }
 
 /** Runs `run` again (with a growing pause) while it fails on a lock it waited MIGRATION_LOCK_TIMEOUT_MS for. */
@@ -222,7 +249,7 @@ async function retryingLocks<T>(run: () => Promise<T>): Promise<T> {
 
 type Step = <T>(body: (tx: Sql) => Promise<T>) => Promise<T>
 
-async function applyPending(sql: Sql, lines: readonly MigrationLine[], known: ReadonlyMap<MigrationLine, Migration[]>, step: Step): Promise<MigrationResult> {
+async function applyPending(sql: Sql, lines: readonly MigrationLine[], known: ReadonlyMap<MigrationLine, Migration[]>, step: Step, fresh: boolean, session?: postgres.Sql): Promise<MigrationResult> {
   const adopted = await step(async (tx) => {
     const found = await adoptLegacy(tx)
     for (const line of lines) await ensureTable(tx, line)
@@ -242,12 +269,21 @@ async function applyPending(sql: Sql, lines: readonly MigrationLine[], known: Re
       continue
     }
     for (const migration of migrations.slice(current)) {
+      if (!migration.transaction && !fresh && session) {
+        await runOutsideTransaction(session, migration)
+        await step((tx) => tx`insert into ${tx(line.table)} (version, name, online) values (${migration.version}, ${migration.name}, ${migration.online})`)
+        versions[line.name] = migration.version
+        applied++
+        continue
+      }
       const { waitingFor, unsaid } = await step(async (tx) => {
         if (migration.requires) {
           const waiting = await processesNotKnowing(tx, migration.requires)
           if (waiting.waitingFor > 0) return waiting
         }
-        await tx.unsafe(readFileSync(migration.file, 'utf8'))
+        const text = readFileSync(migration.file, 'utf8')
+        if (migration.transaction) await tx.unsafe(text)
+        else for (const statement of statementsOf(text)) await tx.unsafe(statement.replace(CONCURRENTLY, '$1'))
         await tx`insert into ${tx(line.table)} (version, name, online) values (${migration.version}, ${migration.name}, ${migration.online})`
         return { waitingFor: 0, unsaid: 0 }
       })
@@ -260,6 +296,64 @@ async function applyPending(sql: Sql, lines: readonly MigrationLine[], known: Re
     }
   }
   return { applied, versions, adopted, ...(pending.length ? { pending } : {}), ...(Object.keys(ahead).length ? { ahead } : {}) }
+}
+
+/** A CONCURRENTLY that a transaction refuses, with what precedes it (kept). */
+const CONCURRENTLY = /^(\s*(?:create\s+(?:unique\s+)?index|drop\s+index|reindex\s+(?:index|table)))\s+concurrently\b/i
+
+/**
+ * A @no-transaction file on a serving database: each statement on its own,
+ * committing as it ends; one that waits for a lock is run again as the others
+ * are (retryingLocks). An index built CONCURRENTLY waits for the transactions
+ * older than it without blocking anyone: it may wait as long as they take.
+ */
+async function runOutsideTransaction(sql: postgres.Sql, migration: Migration): Promise<void> {
+  if (migration.requires) throw new Error(`${migration.file}: a contract step cannot be @no-transaction`)
+  for (const statement of statementsOf(readFileSync(migration.file, 'utf8'))) {
+    if (!CONCURRENTLY.test(statement)) {
+      await retryingLocks(() => sql.unsafe(statement))
+      continue
+    }
+    await sql`set lock_timeout = 0`
+    try {
+      await sql.unsafe(statement)
+    } finally {
+      await sql.unsafe(`set lock_timeout = ${MIGRATION_LOCK_TIMEOUT_MS}`)
+    }
+  }
+}
+
+/**
+ * The statements of a migration's text, split at each `;` outside quotes,
+ * dollar-quoted bodies and comments (a DO block or a function is one).
+ */
+export function statementsOf(text: string): string[] {
+  const statements: string[] = []
+  let start = 0
+  let i = 0
+  const push = (end: number) => {
+    const statement = text.slice(start, end).trim()
+    if (statement.replace(/--[^\n]*/g, '').trim()) statements.push(statement)
+    start = end + 1
+  }
+  while (i < text.length) {
+    const rest = text.slice(i)
+    if (rest.startsWith('--')) { const end = text.indexOf('\n', i); i = end < 0 ? text.length : end + 1; continue }
+    if (rest.startsWith('/*')) { const end = text.indexOf('*/', i + 2); i = end < 0 ? text.length : end + 2; continue }
+    const quote = text[i]
+    if (quote === "'" || quote === '"') {
+      let j = i + 1
+      while (j < text.length && !(text[j] === quote && text[j + 1] !== quote)) j += text[j] === quote ? 2 : 1
+      i = j + 1
+      continue
+    }
+    const dollar = /^\$([A-Za-z_][A-Za-z0-9_]*)?\$/.exec(rest)
+    if (dollar) { const end = text.indexOf(dollar[0], i + dollar[0].length); i = end < 0 ? text.length : end + dollar[0].length; continue }
+    if (quote === ';') push(i)
+    i++
+  }
+  push(text.length)
+  return statements
 }
 
 /**

@@ -104,12 +104,13 @@ test('a migrator waits for another one however long its run takes', async () => 
   try {
     await holder`select pg_advisory_lock(${MIGRATION_LOCK_ID})`
     const migrating = track(migrateService(url))
-    // Until its lock statement has waited three times the steps' lock_timeout (0.5 s), as the database
-    // itself tells, or the migrator gave up (then the expectation below says how).
+    // Until it has asked for the lock (pg_try_advisory_lock, again and again: a waiter must hold no snapshot,
+    // migrate.ts takeMigrationLock) for three times the steps' lock_timeout (0.5 s), as the database itself
+    // tells, or the migrator gave up (then the expectation below says how).
     await waitFor(async () => migrating.settled() || (await holder`
       select 1 from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock' and wait_event = 'advisory'
-        and clock_timestamp() - query_start >= interval '1.5 seconds'`).length > 0, 'the migrator to wait 1.5 s for the advisory lock')
+      where datname = current_database() and query like '%pg_try_advisory_lock%' and pid <> pg_backend_pid()
+        and clock_timestamp() - backend_start >= interval '1.5 seconds'`).length > 0, 'the migrator to wait 1.5 s for the advisory lock')
     expect(migrating.settled() ? await migrating.promise.then(() => 'finished', (error: unknown) => `failed: ${String(error)}`) : 'waiting').toBe('waiting')
     await holder`select pg_advisory_unlock(${MIGRATION_LOCK_ID})`
     expect((await migrating.promise).applied).toBe(migrationsOf(ENGINE_MIGRATIONS).length + migrationsOf(SERVICE_MIGRATIONS).length)
