@@ -1,8 +1,10 @@
 import { Batcher } from './batcher'
+import { onShard, onShardCall, requestPathForm, type RequestPathForm } from './citus-form'
 import { claimAndCompleteSql, claimBatchSql, sharedClaimBatchSql, type ClaimMember, type ClaimRow } from './claim-sql'
 import { completionParts, completionStatement, type CompletionMember } from './completion-sql'
-import { isDataError, isLockFailure } from './errors'
+import { isDataError, isLockFailure, sqlState, SQLSTATE } from './errors'
 import type { Sql } from './types'
+import { workerPoolsOf, type WorkerPools } from './worker-pools'
 
 /**
  * One lane of statements per pool for the two phases every fresh request
@@ -23,10 +25,20 @@ import type { Sql } from './types'
  * in the process and in PostgreSQL.
  */
 export class Lane {
+  readonly #sql: Sql
+  readonly #options: LaneOptions
   readonly #batcher: Batcher<Work, ClaimRow | boolean | undefined>
+  /** The functions form's batchers, one per tenant and kind (see #batcherOf); kept while the pool lives (a few hundred bytes a tenant). */
+  readonly #groups = new Map<string, Batcher<Work, ClaimRow | boolean | undefined>>()
+  /** Known after the pool's first claim or completion (citus-form.ts). */
+  #form: RequestPathForm | undefined
+  /** The functions form's pool per worker (worker-pools.ts); none for a pool not made by openPools. */
+  #workers: WorkerPools | undefined
   readonly #counts = { claimStatements: 0, claims: 0, completionStatements: 0, completions: 0, shared: 0 }
 
   constructor(sql: Sql, options: LaneOptions = {}) {
+    this.#sql = sql
+    this.#options = options
     // Three in flight at most: past overlapAfterMs a statement goes beside the one running, and one
     // sent beside another carries claims or completions, not both (batcher.ts kindOf).
     this.#batcher = new Batcher({
@@ -43,14 +55,82 @@ export class Lane {
    * whose key's row was found locked: it waits there, and no one else with it).
    */
   claim(member: ClaimMember, signal?: AbortSignal, alone = false): Promise<ClaimRow | undefined> {
-    if (alone) return this.#batcher.submitAlone({ claim: member }) as Promise<ClaimRow | undefined>
-    return this.#batcher.submit({ claim: member }, signal) as Promise<ClaimRow | undefined>
+    if (this.#form === undefined) return this.#knowForm().then(() => this.claim(member, signal, alone))
+    const batcher = this.#batcherOf(member.tenant, 'claim')
+    if (alone) return batcher.submitAlone({ claim: member }) as Promise<ClaimRow | undefined>
+    return batcher.submit({ claim: member }, signal) as Promise<ClaimRow | undefined>
   }
 
   /** Whether the completion's lease held (its answer stored, its rows written). `alone` as for claims. */
   complete(member: CompletionMember, alone = false): Promise<boolean> {
-    if (alone) return this.#batcher.submitAlone({ completion: member }) as Promise<boolean>
-    return this.#batcher.submit({ completion: member }) as Promise<boolean>
+    if (this.#form === undefined) return this.#knowForm().then(() => this.complete(member, alone))
+    const batcher = this.#batcherOf(member.tenant, 'completion')
+    if (alone) return batcher.submitAlone({ completion: member }) as Promise<boolean>
+    return batcher.submit({ completion: member }) as Promise<boolean>
+  }
+
+  async #knowForm(): Promise<void> {
+    const form = await requestPathForm(this.#sql)
+    if (form === 'functions') this.#workers = workerPoolsOf(this.#sql)
+    this.#form = form
+  }
+
+  /**
+   * The statements form: the one batcher. The functions form (Citus): a
+   * batcher per tenant and kind, since a call runs on the worker of one
+   * tenant's shard. Each has its own statements in flight, so a worker that
+   * stalls holds the calls of its own tenants only, and the others' go on
+   * (issue 47: one worker stopped for 5 s had stopped every tenant for 11 s).
+   * Claims and completions in calls of their own: a call that fails fails
+   * only its kind, which each recovers its own way (claim.ts by its lease,
+   * completion-recovery.ts by the key's state). And each call goes through
+   * the pool of its tenant's worker (worker-pools.ts), so a stalled worker
+   * holds its own pool's connections, never those of the others' calls.
+   */
+  #batcherOf(tenant: string, kind: 'claim' | 'completion'): Batcher<Work, ClaimRow | boolean | undefined> {
+    if (this.#form !== 'functions') return this.#batcher
+    const name = `${kind}\u0000${tenant}`
+    let batcher = this.#groups.get(name)
+    if (!batcher) {
+      batcher = new Batcher({
+        run: (work) => this.#call(tenant, work), isolate: (error) => isDataError(error) || isLockFailure(error), maxInFlight: 3, ...this.#options,
+      })
+      this.#groups.set(name, batcher)
+    }
+    return batcher
+  }
+
+  /** One call of the functions form: one tenant's claims, or its completions, as the statement of the other form run on its shard. */
+  async #call(tenant: string, work: readonly Work[]): Promise<(ClaimRow | boolean | undefined)[]> {
+    const workers = this.#workers
+    if (!workers) return this.#send(this.#sql, tenant, work)
+    try {
+      return await this.#send(await workers.poolOf(tenant), tenant, work)
+    } catch (error) {
+      // The shard was not on the worker the call reached: it moved, and so may the tenant's pool.
+      if (sqlState(error) === SQLSTATE.SERIALIZATION_FAILURE) workers.forget(tenant)
+      throw error
+    }
+  }
+
+  async #send(sql: Sql, tenant: string, work: readonly Work[]): Promise<(ClaimRow | boolean | undefined)[]> {
+    if (work[0]!.claim) {
+      const claims = work.map((item) => item.claim!)
+      this.#counts.claimStatements++
+      this.#counts.claims += claims.length
+      const claimed: (ClaimRow | undefined)[] = new Array(claims.length)
+      const input = JSON.stringify(claims.map((member, n) => ({ ...member, n })))
+      const text = claims.length > 1 ? SHARED_CLAIM_ON_SHARD : CLAIM_ON_SHARD
+      for (const row of await sql.unsafe<ClaimRow[]>(CLAIM_CALL, [tenant, text, input, null], { prepare: true })) claimed[row.n] = row
+      return claimed
+    }
+    const completions = work.map((item) => item.completion!)
+    this.#counts.completionStatements++
+    this.#counts.completions += completions.length
+    const fenced = completions.map(() => false)
+    const { text, parameters } = completionStatement(completions)
+    for (const row of await sql.unsafe<{ n: number }[]>(COMPLETION_CALL, [tenant, onShard(text), parameters[0]!, parameters[1] ?? null], { prepare: true })) fenced[row.n] = true
+    return fenced
   }
 
   /** Statements that carried claims, and the claims they carried. */
@@ -109,6 +189,14 @@ export interface PhaseStats {
 }
 
 type Work = { readonly claim: ClaimMember; readonly completion?: undefined } | { readonly claim?: undefined; readonly completion: CompletionMember }
+
+/** The rows of claimBatchSql and of completionStatement, as the functions form's call names them. */
+const CLAIM_CALL = onShardCall(`n int, fresh boolean, lease text, attempts int, request_id text, status text, fingerprint text,
+  age_seconds float8, ttl_left_seconds float8, stale boolean, completed_age_seconds float8,
+  response_status int, response_headers jsonb, response_body text, worked_on boolean`)
+const COMPLETION_CALL = onShardCall('n int')
+const CLAIM_ON_SHARD = onShard(claimBatchSql)
+const SHARED_CLAIM_ON_SHARD = onShard(sharedClaimBatchSql)
 
 const lanes = new WeakMap<Sql, Lane>()
 

@@ -195,9 +195,16 @@ export function forceExpirable(sql: Sql, now: Instant): Fragment {
   return sql`(${abandoned(sql, now)} or (k.status = 'processing' and k.owner is null and coalesce(k.summary ? ${HELD_MARK}, false)))` as Fragment
 }
 
-/** The instant as SQL: a fragment as is, else the given time or the database's now(). */
+/**
+ * The instant as SQL: a fragment as is, else the given time or the database's
+ * now(). Two texts, not `coalesce($1, now())`: Citus refuses a stable
+ * function inside a COALESCE in an UPDATE of a distributed table (the
+ * take-overs' SET, reclaim.ts), and evaluates a bare now() once, on the
+ * coordinator, before it routes the statement.
+ */
 export function instant(sql: Sql, now: Instant): Fragment {
-  if (now === null || now === undefined || now instanceof Date) return sql`coalesce(${now ?? null}::timestamptz, now())`
+  if (now instanceof Date) return sql`${now}::timestamptz`
+  if (now === null || now === undefined) return sql`now()`
   return now
 }
 

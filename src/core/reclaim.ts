@@ -1,6 +1,6 @@
 import { SQLSTATE, sqlState } from './errors'
 import { newLeaseId } from './lease-id'
-import { abandoned, deadlineAt, expired } from './policy'
+import { abandoned, deadlineAt, expired, instant } from './policy'
 import type { Claimant, Lease, RequestIdentity, Sql } from './types'
 
 /** 'busy': the row is locked right now (a completion or another take-over is committing). */
@@ -24,29 +24,28 @@ export type TakeOver = Lease | null | 'busy'
  * that charge. The old worker, if it still runs, is fenced by the new lease.
  */
 export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOver> {
-  return takeOver(seen, async () => {
-    const [row] = await sql<TakenRow[]>`
-      with params as (select coalesce(${claimant.now ?? null}::timestamptz, now()) as now),
-      target as (
-        select k.tenant, k.key, k.stale_at from idempotency_keys k, params p
+  return takeOver(sql, seen, (tx) => {
+    const now = instant(tx, claimant.now)
+    return tx<TakenRow[]>`
+      with target as (
+        select k.tenant, k.key, k.stale_at from idempotency_keys k
          where k.tenant = ${seen.tenant} and k.key = ${seen.key}
-           and k.lease = ${seen.lease} and ${abandoned(sql, sql`p.now`)}
+           and k.lease = ${seen.lease} and ${abandoned(tx, now)}
            for update of k nowait
       ),
       taken as (
         update idempotency_keys k
-           set lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)},
+           set lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = ${now}, stale_at = ${deadlineAt(tx, now, claimant.ttlSeconds)},
                attempts = k.attempts + 1, owner = ${claimant.owner ?? null}::uuid, http_request_id = ${claimant.httpRequestId ?? null}
-          from target, params p
-         where k.tenant = target.tenant and k.key = target.key
-        returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
+          from target
+         where k.tenant = ${seen.tenant} and k.key = target.key
+        returning k.lease::text as lease, k.attempts, k.request_id::text as request_id
       ),
       unlisted as (
         delete from idempotency_processing pr using target t
-         where pr.stale_at = t.stale_at and pr.tenant = t.tenant and pr.key = t.key
-      ),
-      ${listTaken(sql)}`
-    return row
+         where pr.stale_at = t.stale_at and pr.tenant = ${seen.tenant} and pr.key = t.key
+      )
+      select * from taken`
   })
 }
 
@@ -56,30 +55,26 @@ export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOve
  * retention (`sameRequest` false) the key is bound anew, to a new request.
  */
 export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameRequest: boolean, claimant: Taker): Promise<TakeOver> {
-  return takeOver(id, async () => {
-    const [row] = await sql<TakenRow[]>`
-      with params as (select coalesce(${claimant.now ?? null}::timestamptz, now()) as now),
-      target as (
+  return takeOver(sql, id, (tx) => {
+    const now = instant(tx, claimant.now)
+    return tx<TakenRow[]>`
+      with target as (
         select k.tenant, k.key from idempotency_keys k
          where k.tenant = ${id.tenant} and k.key = ${id.key}
            and k.status = 'released' and k.lease = ${seen.lease}
            for update of k nowait
-      ),
-      taken as (
-        update idempotency_keys k
-           set status = 'processing', released_at = null, release_reason = null,
-               lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)},
-               owner = ${claimant.owner ?? null}::uuid, http_request_id = ${claimant.httpRequestId ?? null},
-               ${sameRequest
-                 ? sql`attempts = k.attempts + 1`
-                 : sql`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(), attempts = 1, created_at = p.now,
-                       summary = ${claimant.summary ? sql.json(claimant.summary) : null}::jsonb`}
-          from target, params p
-         where k.tenant = target.tenant and k.key = target.key
-        returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
-      ),
-      ${listTaken(sql)}`
-    return row
+      )
+      update idempotency_keys k
+         set status = 'processing', released_at = null, release_reason = null,
+             lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = ${now}, stale_at = ${deadlineAt(tx, now, claimant.ttlSeconds)},
+             owner = ${claimant.owner ?? null}::uuid, http_request_id = ${claimant.httpRequestId ?? null},
+             ${sameRequest
+               ? tx`attempts = k.attempts + 1`
+               : tx`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = ${crypto.randomUUID()}::uuid, attempts = 1, created_at = ${now},
+                     summary = ${claimant.summary ? tx.json(claimant.summary) : null}::jsonb`}
+        from target
+       where k.tenant = ${id.tenant} and k.key = target.key
+      returning k.lease::text as lease, k.attempts, k.request_id::text as request_id`
   })
 }
 
@@ -89,54 +84,76 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
  * not this request's).
  */
 export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, claimant: Taker): Promise<TakeOver> {
-  return takeOver(id, async () => {
-    const [row] = await sql<TakenRow[]>`
-      with params as (select coalesce(${claimant.now ?? null}::timestamptz, now()) as now),
-      target as (
-        select k.tenant, k.key from idempotency_keys k, params p
+  return takeOver(sql, id, (tx) => {
+    const now = instant(tx, claimant.now)
+    return tx<TakenRow[]>`
+      with target as (
+        select k.tenant, k.key from idempotency_keys k
          where k.tenant = ${id.tenant} and k.key = ${id.key}
-           and k.lease = ${seenLease} and ${expired(sql, sql`p.now`, claimant.retentionSeconds)}
+           and k.lease = ${seenLease} and ${expired(tx, now, claimant.retentionSeconds)}
            for update of k nowait
-      ),
-      taken as (
-        update idempotency_keys k
-           set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = gen_random_uuid(),
-               status = 'processing', lease = ${claimant.lease ?? newLeaseId()}::bigint, attempts = 1, owner = ${claimant.owner ?? null}::uuid,
-               http_request_id = ${claimant.httpRequestId ?? null},
-               created_at = p.now, locked_at = p.now, stale_at = ${deadlineAt(sql, sql`p.now`, claimant.ttlSeconds)}, completed_at = null,
-               response_status = null, response_headers = null, response_body = null,
-               summary = ${claimant.summary ? sql.json(claimant.summary) : null}::jsonb
-          from target, params p
-         where k.tenant = target.tenant and k.key = target.key
-        returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.locked_at, k.stale_at
-      ),
-      ${listTaken(sql)}`
-    return row
+      )
+      update idempotency_keys k
+         set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = ${crypto.randomUUID()}::uuid,
+             status = 'processing', lease = ${claimant.lease ?? newLeaseId()}::bigint, attempts = 1, owner = ${claimant.owner ?? null}::uuid,
+             http_request_id = ${claimant.httpRequestId ?? null},
+             created_at = ${now}, locked_at = ${now}, stale_at = ${deadlineAt(tx, now, claimant.ttlSeconds)}, completed_at = null,
+             response_status = null, response_headers = null, response_body = null,
+             summary = ${claimant.summary ? tx.json(claimant.summary) : null}::jsonb
+        from target
+       where k.tenant = ${id.tenant} and k.key = target.key
+      returning k.lease::text as lease, k.attempts, k.request_id::text as request_id`
   })
 }
 
 interface TakenRow { lease: string; attempts: number; request_id: string }
 
-/** The end of every take-over: the taken key listed in processing under its new deadline, and its new lease. */
-function listTaken(sql: Sql) {
-  return sql`
-      listed as (
-        insert into idempotency_processing (stale_at, tenant, key, locked_at)
-        select stale_at, tenant, key, locked_at from taken
-      )
-      select lease::text as lease, attempts, request_id::text as request_id from taken`
-}
-
 /** A claimant, with the lease it takes the key under (drawn by the caller, lease-id.ts; @default a new one). */
 export type Taker = Claimant
 
-/** Runs a conditional take-over UPDATE: its new lease, null if its condition no longer held, 'busy' on NOWAIT. */
-async function takeOver(key: { tenant: string; key: string }, update: () => Promise<TakenRow | undefined>): Promise<TakeOver> {
+/**
+ * Runs a conditional take-over in a transaction with the listing of the taken
+ * key under its new deadline (idempotency_processing): its new lease, null if
+ * its condition no longer held, 'busy' on NOWAIT.
+ *
+ * Two statements, not one with the listing as a CTE: Citus routes to one
+ * worker a statement whose CTEs select, update and delete, never one that
+ * inserts in a CTE (issue 47: the reclaim went to every worker, failed there,
+ * and after a crash 15 of 16 keys stayed stuck). The transaction reaches the
+ * tenant's worker alone and commits there in one phase. Take-overs are rare
+ * (a crash, a release, a retention's end): the round trips cost no throughput.
+ */
+async function takeOver(sql: Sql, key: { tenant: string; key: string }, update: (tx: Sql) => Promise<TakenRow[]>): Promise<TakeOver> {
+  const run = async (tx: Sql) => {
+    const [row] = await update(tx)
+    if (row) {
+      // Its deadline read back from the row, to the microsecond: the entry must match it to be deleted by the completion.
+      await tx`insert into idempotency_processing (stale_at, tenant, key, locked_at)
+               select k.stale_at, k.tenant, k.key, k.locked_at from idempotency_keys k
+                where k.tenant = ${key.tenant} and k.key = ${key.key} and k.status = 'processing'`
+    }
+    return row
+  }
   try {
-    const row = await update()
+    const row = await inTransaction(sql, run)
     return row ? { tenant: key.tenant, key: key.key, lease: row.lease, attempts: row.attempts, requestId: row.request_id } : null
   } catch (error) {
     if (sqlState(error) === SQLSTATE.LOCK_NOT_AVAILABLE) return 'busy'
+    throw error
+  }
+}
+
+/** `work` in a transaction: a pool's own, the caller's (a transaction given), or BEGIN ... COMMIT on a reserved connection. */
+async function inTransaction<T>(sql: Sql, work: (tx: Sql) => Promise<T>): Promise<T> {
+  if ('begin' in sql && typeof sql.begin === 'function') return await sql.begin((tx) => work(tx as unknown as Sql)) as T
+  if ('savepoint' in sql) return work(sql)
+  await sql`begin`
+  try {
+    const result = await work(sql)
+    await sql`commit`
+    return result
+  } catch (error) {
+    await sql`rollback`.catch(() => undefined)
     throw error
   }
 }

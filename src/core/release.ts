@@ -19,6 +19,12 @@ export type ReleaseReason = (typeof RELEASE_REASONS)[number]
  * Conditional on our lease: if the key was taken over meanwhile, the new
  * owner's claim is left alone. Nothing of ours holds the row lock for longer
  * than a statement, so this waits on nothing (lock_timeout bounds it anyway).
+ *
+ * Every table reference names the tenant as a parameter, not through a join:
+ * on Citus (tables distributed by tenant) that routes the whole statement to
+ * the worker of the tenant's shard, one command and no two-phase commit
+ * (test/citus/request-path.test.ts); a join alone made every CTE a subplan
+ * sent to every shard (issue 47).
  */
 export async function release(sql: Sql, lease: Pick<Lease, 'tenant' | 'key' | 'lease'>, reason: ReleaseReason = 'failed'): Promise<boolean> {
   const rows = await sql`
@@ -32,12 +38,12 @@ export async function release(sql: Sql, lease: Pick<Lease, 'tenant' | 'key' | 'l
       update idempotency_keys k
          set status = 'released', owner = null, released_at = now(), stale_at = null, release_reason = ${reason}
         from target t
-       where k.tenant = t.tenant and k.key = t.key
+       where k.tenant = ${lease.tenant} and k.key = t.key
       returning k.key
     ),
     unlisted as (
       delete from idempotency_processing pr using target t
-       where pr.stale_at = t.stale_at and pr.tenant = t.tenant and pr.key = t.key
+       where pr.stale_at = t.stale_at and pr.tenant = ${lease.tenant} and pr.key = t.key
     )
     select 1 from released`
   return rows.length === 1

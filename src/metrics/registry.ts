@@ -246,12 +246,17 @@ export function observeProvider(metrics: Metrics): (event: ProviderCallEvent) =>
   return ({ outcome, seconds }) => metrics.providerDuration.observe({ outcome }, seconds)
 }
 
-/** The pools' usage and the database's reachability, read at each scrape (nothing to keep in step). */
-export function observePools(metrics: Metrics, usage: { readonly short: PoolUsage; readonly work: PoolUsage }): void {
-  const pools = Object.entries(usage)
-  for (const [pool, counter] of pools) metrics.poolMax.set({ pool }, counter.max)
-  setCollect(metrics.poolInUse, () => { for (const [pool, counter] of pools) metrics.poolInUse.set({ pool }, counter.inUse) })
-  setCollect(metrics.poolWaiting, () => { for (const [pool, counter] of pools) metrics.poolWaiting.set({ pool }, counter.waiting) })
+/**
+ * The pools' usage and the database's reachability, read at each scrape
+ * (nothing to keep in step). On Citus also each worker's pool (store/db.ts
+ * openPools), as `worker host:port`, from the scrape after it opened.
+ */
+export function observePools(metrics: Metrics, usage: { readonly short: PoolUsage; readonly work: PoolUsage }, workers: ReadonlyMap<string, PoolUsage> = new Map()): void {
+  const pools = () => [...Object.entries(usage), ...[...workers].map(([worker, counter]) => [`worker ${worker}`, counter] as const)]
+  const collect = (gauge: Gauge<'pool'>, read: (counter: PoolUsage) => number) => setCollect(gauge, () => { for (const [pool, counter] of pools()) gauge.set({ pool }, read(counter)) })
+  collect(metrics.poolMax, (counter) => counter.max)
+  collect(metrics.poolInUse, (counter) => counter.inUse)
+  collect(metrics.poolWaiting, (counter) => counter.waiting)
 }
 
 /** idempotency_ready from `up()` at each scrape (store/health.ts's probe: it answers without a query). */

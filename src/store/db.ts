@@ -1,4 +1,5 @@
 import postgres from 'postgres'
+import { provideWorkerPools, WorkerPools } from '../core/worker-pools'
 import { errorText, log } from '../log'
 import { driverConnection, resolveConnection, type ConnectionSettings, type DriverConnection } from './connection-settings'
 import { countedPool, PoolUsageCounter, type PoolUsage } from './pool-usage'
@@ -134,6 +135,14 @@ export interface Pools {
   readonly work: Pool
   /** Connections in use and work waiting, per pool (pool-usage.ts), for the metrics. */
   readonly usage?: { readonly short: PoolUsage; readonly work: PoolUsage }
+  /**
+   * On Citus only: a pool per worker, of the short pool's size, for the
+   * lane's calls of that worker's tenants (core/worker-pools.ts), opened on
+   * its first call; none on one PostgreSQL.
+   */
+  readonly workers?: WorkerPools
+  /** Each worker pool's usage, by worker (host:port), for the metrics: none until its pool opens. */
+  readonly workerUsage?: ReadonlyMap<string, PoolUsage>
   close(timeoutSeconds?: number): Promise<void>
 }
 
@@ -178,13 +187,22 @@ export function openPools(database: string | ConnectionSettings, options: PoolOp
   const usage = { short: new PoolUsageCounter(options.shortMax ?? 8), work: new PoolUsageCounter(options.workMax ?? 8) }
   const short = countedPool(connect(settings, usage.short.max, `${name}:short`, pgbouncer), usage.short)
   const work = countedPool(connect(settings, usage.work.max, `${name}:work`, pgbouncer), usage.work)
+  const workerUsage = new Map<string, PoolUsageCounter>()
+  const workers = new WorkerPools(short, (worker) => {
+    const counter = new PoolUsageCounter(usage.short.max)
+    workerUsage.set(worker, counter)
+    return countedPool(connect(settings, counter.max, `${name}:worker ${worker}`, pgbouncer), counter)
+  })
+  provideWorkerPools(short, workers)
   if (pgbouncer) warnOnMissingSessionSettings(short)
   return {
     short,
     work,
     usage,
+    workers,
+    workerUsage,
     async close(timeoutSeconds = 5) {
-      await Promise.all([short.end({ timeout: timeoutSeconds }), work.end({ timeout: timeoutSeconds })])
+      await Promise.all([short.end({ timeout: timeoutSeconds }), work.end({ timeout: timeoutSeconds }), workers.close(timeoutSeconds)])
     },
   }
 }
