@@ -47,7 +47,7 @@ export interface AppDependencies {
   /** This process's heartbeat id, the owner of the keys it claims. */
   readonly owner?: () => string | undefined
   /** When given, requests that need the database, while it is known to be away, wait up to DATABASE_WAIT_MS for it (`whenUp`; without it, none) and are then answered 503. */
-  readonly health?: Pick<DatabaseHealth, 'up'> & Partial<Pick<DatabaseHealth, 'whenUp'>>
+  readonly health?: Pick<DatabaseHealth, 'up'> & Partial<Pick<DatabaseHealth, 'whenUp' | 'unreachableWorkers'>>
   /** Tests move the engine's clock with this. */
   readonly now?: () => Date | undefined
   /** The per-tenant limits of /api (http/rate-limit.ts). @default from config, one per process */
@@ -79,7 +79,7 @@ export function buildApp(deps: AppDependencies) {
   // Every configured tenant's refusals from 0: an alert's increase() sees the first ones.
   for (const tenant of new Set(config.apiKeys.values())) for (const reason of REFUSAL_REASONS) metrics.tenantRefusals.inc({ tenant, reason }, 0)
   metrics.ttl.set(config.ttlSeconds)
-  if (pools.usage) observePools(metrics, pools.usage)
+  if (pools.usage) observePools(metrics, pools.usage, pools.workerUsage)
   observeReadiness(metrics, () => deps.health?.up ?? true)
   const tenant = tenantOfService(deps)
   const provider = deps.provider ?? providerFor(config, metrics)
@@ -145,7 +145,10 @@ export function buildApp(deps: AppDependencies) {
       // At once on SIGTERM, before anything else: a load balancer takes this server out while it finishes its requests.
       if (deps.inFlight?.draining) return problemResponse(OPERATIONS_PROBLEMS.problem('draining'))
       if (deps.health && !deps.health.up) return problemResponse(OPERATIONS_PROBLEMS.problem('not-ready', 'The database does not take writes right now (down, read-only, or waiting for its synchronous standby).'))
-      return await databaseAnswers(pools.short) ? Response.json({ status: 'ready' }) : problemResponse(OPERATIONS_PROBLEMS.problem('not-ready'))
+      if (!await databaseAnswers(pools.short)) return problemResponse(OPERATIONS_PROBLEMS.problem('not-ready'))
+      // Citus: a worker the coordinator cannot reach fails its tenants only; this server still serves the others (store/health.ts).
+      const unreachable = deps.health?.unreachableWorkers ?? []
+      return Response.json(unreachable.length ? { status: 'ready', unreachable_workers: unreachable } : { status: 'ready' })
     }, {
       detail: detail({ summary: 'Readiness: 200 when the database takes writes', tags: ['operations'], security: [], responses: { 200: health('ready'), 421: edgeAnswer(['host-not-allowed']), 503: operationsAnswer(['not-ready', 'draining']) } }),
     })

@@ -1,4 +1,5 @@
-import { auditActor, insertAudit } from './audit'
+import { ALL_TENANTS, auditActor, insertAudit } from './audit'
+import { requestPathForm } from './citus-form'
 import { instant, stale, staleEntry, type Fragment } from './policy'
 import type { Sql } from './types'
 
@@ -51,12 +52,44 @@ export async function expireStale(sql: Sql, options: ExpireStaleOptions, actor: 
   const ofTenant = (): Fragment => (options.tenant ? sql`and k.tenant = ${options.tenant}` : sql``) as Fragment
   const expiredKeys: { tenant: string; key: string }[] = []
   let expired = 0
+  // Distributed by tenant (Citus), the batch's FOR UPDATE is refused across shards: one tenant's keys at a
+  // time, each statement routed to its shard (and there its CTEs share one snapshot, as on one PostgreSQL).
+  // The tenants with stale entries come from the processing list, which holds nothing else.
+  const tenants: (string | undefined)[] = options.tenant !== undefined || await requestPathForm(sql) === 'statements'
+    ? [options.tenant]
+    : (await sql<{ tenant: string }[]>`
+        select pr.tenant from idempotency_processing pr where ${staleEntry(sql, at())} group by pr.tenant order by pr.tenant`).map((row) => row.tenant)
+  for (const tenant of tenants) {
+    const rows = await expireBatches(sql, at, tenant === undefined ? sql`` as Fragment : sql`and k.tenant = ${tenant}` as Fragment, who)
+    expired += rows.length
+    for (const row of rows) if (expiredKeys.length < MAX_LISTED) expiredKeys.push({ tenant: row.tenant, key: row.key })
+  }
+  // What is left stale is held by live workers (SKIP LOCKED passed over them).
+  const alive = await sql<{ tenant: string; key: string; total: number }[]>`
+    select k.tenant, k.key, count(*) over ()::int as total from idempotency_processing pr
+      join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
+     where ${staleEntry(sql, at())} and ${stale(sql, at())} ${ofTenant()}
+     order by pr.stale_at
+     limit ${MAX_LISTED}`
+  const workerAlive = alive[0]?.total ?? 0
+  const aliveKeys = alive.map(({ tenant, key }) => ({ tenant, key }))
+  const outcome = expired > 0 ? 'expired' : workerAlive > 0 ? 'worker_alive' : 'none_stale'
+  const detail = { expired, worker_alive: workerAlive, as_of: asOf?.toISOString() ?? null, alive_keys: aliveKeys.slice(0, 10) }
+  const [summary] = await sql<{ id: string }[]>`
+    ${insertAudit(sql, sql`values (${who}, 'expire_all_stale', ${options.tenant ?? ALL_TENANTS}, null, ${outcome}, ${sql.json(detail)})`)}
+    returning id`
+  return { expired, workerAlive, expiredKeys, aliveKeys, auditId: summary!.id }
+}
+
+/** Expires the stale keys `ofTenant` selects, batch by batch, each with its audit entries; returns them. */
+async function expireBatches(sql: Sql, at: () => Fragment, ofTenant: Fragment, who: string): Promise<{ tenant: string; key: string }[]> {
+  const all: { tenant: string; key: string }[] = []
   for (;;) {
     const rows = await sql<{ tenant: string; key: string }[]>`
       with target as (
         select k.tenant, k.key, k.stale_at from idempotency_processing pr
           join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
-         where ${staleEntry(sql, at())} and ${stale(sql, at())} ${ofTenant()}
+         where ${staleEntry(sql, at())} and ${stale(sql, at())} ${ofTenant}
          order by pr.stale_at
          limit ${EXPIRE_BATCH_SIZE}
            for update of k skip locked
@@ -78,23 +111,7 @@ export async function expireStale(sql: Sql, options: ExpireStaleOptions, actor: 
           from released r`)}
       )
       select tenant, key from released`
-    expired += rows.length
-    for (const row of rows) if (expiredKeys.length < MAX_LISTED) expiredKeys.push({ tenant: row.tenant, key: row.key })
-    if (rows.length < EXPIRE_BATCH_SIZE) break
+    all.push(...rows)
+    if (rows.length < EXPIRE_BATCH_SIZE) return all
   }
-  // What is left stale is held by live workers (SKIP LOCKED passed over them).
-  const alive = await sql<{ tenant: string; key: string; total: number }[]>`
-    select k.tenant, k.key, count(*) over ()::int as total from idempotency_processing pr
-      join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
-     where ${staleEntry(sql, at())} and ${stale(sql, at())} ${ofTenant()}
-     order by pr.stale_at
-     limit ${MAX_LISTED}`
-  const workerAlive = alive[0]?.total ?? 0
-  const aliveKeys = alive.map(({ tenant, key }) => ({ tenant, key }))
-  const outcome = expired > 0 ? 'expired' : workerAlive > 0 ? 'worker_alive' : 'none_stale'
-  const detail = { expired, worker_alive: workerAlive, as_of: asOf?.toISOString() ?? null, alive_keys: aliveKeys.slice(0, 10) }
-  const [summary] = await sql<{ id: string }[]>`
-    ${insertAudit(sql, sql`values (${who}, 'expire_all_stale', ${options.tenant ?? null}, null, ${outcome}, ${sql.json(detail)})`)}
-    returning id`
-  return { expired, workerAlive, expiredKeys, aliveKeys, auditId: summary!.id }
 }

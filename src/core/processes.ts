@@ -1,4 +1,5 @@
 import { hostname } from 'node:os'
+import { requestPathForm } from './citus-form'
 import { pgTextArray } from './pg-array'
 import type { Sql } from './types'
 
@@ -61,9 +62,12 @@ export interface HeartbeatOptions {
  */
 export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): Promise<ProcessHeartbeat> {
   const id = crypto.randomUUID()
-  await sql`
+  const row = { id, pid: process.pid, hostname: hostname().slice(0, 255) || 'unknown', schemaKnown: options.schemaKnown ? JSON.stringify(options.schemaKnown) : null }
+  const onEveryNode = await requestPathForm(sql) === 'functions'
+  if (onEveryNode) await beatOnEveryNode(sql, row, [])
+  else await sql`
     insert into idempotency_processes (id, pid, hostname, schema_known)
-    values (${id}, ${process.pid}, ${hostname().slice(0, 255) || 'unknown'}, ${options.schemaKnown ? JSON.stringify(options.schemaKnown) : null}::jsonb)`
+    values (${row.id}, ${row.pid}, ${row.hostname}, ${row.schemaKnown}::jsonb)`
   // Rows of processes gone for a day are of no use to anyone.
   await sql`delete from idempotency_processes where heartbeat_at < now() - interval '1 day'`.catch(() => undefined)
   let failing = false
@@ -72,11 +76,15 @@ export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): 
   let timer: ReturnType<typeof setTimeout> | undefined
   const write = async () => {
     try {
-      const leases = pgTextArray(options.leases?.() ?? [])
-      await sql`
-        update idempotency_processes
-           set leases = ${leases}::bigint[], leases_as_of = heartbeat_at, heartbeat_at = now()
-         where id = ${id}`
+      if (onEveryNode) {
+        await beatOnEveryNode(sql, row, options.leases?.() ?? [])
+      } else {
+        const leases = pgTextArray(options.leases?.() ?? [])
+        await sql`
+          update idempotency_processes
+             set leases = ${leases}::bigint[], leases_as_of = heartbeat_at, heartbeat_at = now()
+           where id = ${id}`
+      }
       if (failing) options.log?.('heartbeat: written again')
       failing = false
     } catch (error) {
@@ -101,7 +109,42 @@ export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): 
       stopped = true
       clearTimeout(timer)
       await running
-      await sql`delete from idempotency_processes where id = ${id}`.catch(() => undefined)
+      if (onEveryNode) await onPlacements(sql, sql`format('delete from %s where id = %L', '%s', ${id}::text)`).catch(() => undefined)
+      else await sql`delete from idempotency_processes where id = ${id}`.catch(() => undefined)
     },
   }
+}
+
+/**
+ * Citus: idempotency_processes is a reference table (a copy on every node:
+ * a claim routed to a worker reads it there, policy.ts workedOn). A write to
+ * it through Citus needs every node, so while one node was down every
+ * heartbeat failed, and after 10 s every live process looked gone on the
+ * healthy nodes too: their keys could be taken over while their requests ran.
+ * So each beat writes each node's copy on its own (run_command_on_placements,
+ * no two-phase commit): a node that is down misses the beats, and only its
+ * own tenants, which it does not serve meanwhile, see them late. Each copy
+ * gets the whole row (an upsert): a node that missed the first beat gets it
+ * at the next, and heartbeat_at is each node's own now(), the clock the claims
+ * routed there judge it by. Fails only when no copy took the beat.
+ */
+async function beatOnEveryNode(sql: Sql, row: { id: string; pid: number; hostname: string; schemaKnown: string | null }, leases: readonly string[]): Promise<void> {
+  // run_command_on_placements puts the copy's name for every %s of the text: the host name must bring none.
+  await onPlacements(sql, sql`format(
+    'insert into %s as p (id, pid, hostname, schema_known, leases) values (%L, %L, %L, %L::jsonb, %L::bigint[])
+     on conflict (id) do update set leases = excluded.leases, leases_as_of = p.heartbeat_at, heartbeat_at = now()',
+    '%s', ${row.id}::text, ${row.pid}::text, ${row.hostname.replaceAll('%', '_')}::text, ${row.schemaKnown}::text, ${pgTextArray(leases)}::text)`)
+}
+
+/** How long a node may take to accept the heartbeat's connection: a stopped one refuses at once, a hung one would hold the beat for citus.node_connection_timeout (30 s). */
+const NODE_CONNECT_TIMEOUT_MS = 1_000
+
+/** Runs `command` (a SQL expression yielding the statement, `%s` for the copy) on every copy of idempotency_processes; throws when none took it. */
+async function onPlacements(sql: Sql, command: ReturnType<Sql>): Promise<void> {
+  const run = async (tx: Sql) => {
+    await tx.unsafe(`set local citus.node_connection_timeout = ${NODE_CONNECT_TIMEOUT_MS}`)
+    return tx<{ success: boolean; result: string }[]>`select success, result from run_command_on_placements('idempotency_processes', ${command})`
+  }
+  const rows = 'begin' in sql ? await sql.begin(run) : await run(sql)
+  if (!rows.some((row) => row.success)) throw new Error(`no node took the heartbeat: ${rows.map((row) => row.result).join('; ')}`)
 }

@@ -1,3 +1,4 @@
+import { requestPathForm } from './citus-form'
 import { expired, releasedExpired, retentionCandidate } from './policy'
 import type { Clock, Sql } from './types'
 
@@ -31,6 +32,27 @@ export interface PurgeOptions extends Clock {
  */
 export async function purgeExpired(sql: Sql, options: PurgeOptions): Promise<number> {
   const limit = options.batchSize ?? PURGE_BATCH_SIZE
+  if (await requestPathForm(sql) === 'statements') return purgeBatch(sql, options, limit)
+  // Distributed by tenant (Citus): FOR UPDATE is refused across shards ("could not run distributed query with
+  // FOR UPDATE/SHARE commands", the purge failed every minute). So the batch is made of one statement per
+  // tenant that has keys past retention, each routed to that tenant's shard and run there as above; the
+  // tenants are found by a read without locks over every shard (the same created_at range).
+  const tenants = await sql<{ tenant: string }[]>`
+    select k.tenant from idempotency_keys k
+     where ${retentionCandidate(sql, options.now ?? null, options.retentionSeconds)}
+       and (${expired(sql, options.now ?? null, options.retentionSeconds)} or ${releasedExpired(sql, options.now ?? null, options.retentionSeconds)})
+     group by k.tenant
+     limit ${limit}`
+  let deleted = 0
+  for (const { tenant } of tenants) {
+    if (deleted >= limit) break
+    deleted += await purgeBatch(sql, { ...options, tenant }, limit - deleted)
+  }
+  return deleted
+}
+
+/** One batch, of every tenant or of `tenant` only (then on Citus one shard's statement). */
+async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string }, limit: number): Promise<number> {
   const now = options.now ?? null
   // One range of idempotency_keys_created_at, oldest first: a key past its
   // retention was created before the cut-off (policy.ts), done or released.
@@ -43,12 +65,14 @@ export async function purgeExpired(sql: Sql, options: PurgeOptions): Promise<num
       select k.ctid from idempotency_keys k
        where ${retentionCandidate(sql, now, options.retentionSeconds)}
          and (${expired(sql, now, options.retentionSeconds)} or ${releasedExpired(sql, now, options.retentionSeconds)})
+         ${options.tenant === undefined ? sql`` : sql`and k.tenant = ${options.tenant}`}
        order by k.created_at
        limit ${limit}
          for update of k skip locked
     )
     delete from idempotency_keys k
      using gone
-     where k.ctid = gone.ctid and k.status in ('done', 'released')`
+     where k.ctid = gone.ctid and k.status in ('done', 'released')
+       ${options.tenant === undefined ? sql`` : sql`and k.tenant = ${options.tenant}`}`
   return rows.count
 }

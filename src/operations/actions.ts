@@ -45,13 +45,14 @@ export interface ExpireStalePreview {
 /** What an expire-all-stale would do now: for the confirmation step. Reads only. */
 export async function previewExpireStale(context: OperationsContext, tenant: string | undefined): Promise<ExpireStalePreview> {
   const { sql } = context
+  // One aggregate over the list and its keys, the instant beside it: no CTE for the instant, whose correlated
+  // subquery Citus refuses ("correlated subqueries are not supported when the FROM clause contains a CTE").
+  const at = sql`coalesce(${context.now?.() ?? null}::timestamptz, now())`
   const [row] = await sql<{ as_of: Date; stale: number }[]>`
-    with params as (select coalesce(${context.now?.() ?? null}::timestamptz, now()) as now)
-    select p.now as as_of,
-           (select count(*)::int from idempotency_processing pr
-              join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
-             where ${staleEntry(sql, sql`p.now`)} and ${stale(sql, sql`p.now`)} ${tenant ? sql`and k.tenant = ${tenant}` : sql``}) as stale
-      from params p`
+    select ${at} as as_of, count(*)::int as stale
+      from idempotency_processing pr
+      join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
+     where ${staleEntry(sql, at)} and ${stale(sql, at)} ${tenant ? sql`and k.tenant = ${tenant}` : sql``}`
   const asOf = row!.as_of
   const filters: KeyFilters = { tenant, staleOnly: true }
   const page = await listKeys({ ...context, now: () => asOf }, filters, { limit: PREVIEW_LISTED })

@@ -1,6 +1,7 @@
 import postgres from 'postgres'
 import { log as processLog, type Logger } from '../log'
 import { driverConnection, type ConnectionSettings } from './connection-settings'
+import { citusMode, workerReach } from './citus'
 import { connectionOf, driverOptions, reconnectBackoff } from './db'
 
 /**
@@ -51,6 +52,14 @@ const FALLBACK_CODES = new Set(['42501', '42883'])
  */
 export const DATABASE_WAIT_MS = 4_000
 
+/**
+ * On a Citus coordinator, how often the workers are checked (store/citus.ts
+ * workerReach: a `select 1` on each through the coordinator's connections, on
+ * a connection of its own, so a worker slow to refuse never delays the write
+ * probe). A stopped worker is named within about this long.
+ */
+const WORKER_CHECK_INTERVAL_MS = 1_000
+
 export interface DatabaseHealthOptions {
   /** DATABASE_PGBOUNCER=1: no prepared statements, no session settings as startup parameters. @default false */
   readonly pgbouncer?: boolean
@@ -84,11 +93,22 @@ export class DatabaseHealth {
   #statement = WRITE_PROBE
   /** When the outstanding probe was sent, and its answer. */
   #outstanding: { since: number; answer: Promise<boolean> } | undefined
+  /** Asked once, on the probe's connection, before the first probe: whether this is a Citus coordinator. */
+  #citus: Promise<void> | undefined
+  #workers: { sql: postgres.Sql; timer: ReturnType<typeof setInterval>; checking: boolean } | undefined
+  #unreachable: readonly string[] = []
+  #allWorkersDown = false
+  readonly #settings: ConnectionSettings
+  readonly #pgbouncer: boolean
+  readonly #applicationName: string
 
   constructor(database: string | ConnectionSettings, applicationName = 'idempotent-post:health', options: DatabaseHealthOptions = {}) {
     const pgbouncer = options.pgbouncer ?? false
     this.#log = options.log ?? processLog
     const settings = connectionOf(database)
+    this.#settings = settings
+    this.#pgbouncer = pgbouncer
+    this.#applicationName = applicationName
     this.#sql = postgres(driverConnection(settings).url, {
       ...(driverOptions(settings, pgbouncer) as object),
       max: 1,
@@ -104,9 +124,19 @@ export class DatabaseHealth {
     this.#timer = setInterval(() => void this.probe(), PROBE_INTERVAL_MS)
   }
 
-  /** False after a failed probe, or while one has gone unanswered for PROBE_SLOW_MS; true again once one succeeds. */
+  /**
+   * False after a failed probe, or while one has gone unanswered for
+   * PROBE_SLOW_MS; true again once one succeeds. On a Citus coordinator also
+   * false while no worker answers (no tenant can be served); one worker down
+   * leaves it true, the others' tenants are served (unreachableWorkers names it).
+   */
   get up(): boolean {
-    return this.#up
+    return this.#up && !this.#allWorkersDown
+  }
+
+  /** On a Citus coordinator, the workers (host:port) it could not reach at the last check; empty elsewhere. */
+  get unreachableWorkers(): readonly string[] {
+    return this.#unreachable
   }
 
   /**
@@ -131,11 +161,47 @@ export class DatabaseHealth {
 
   #set(up: boolean): void {
     this.#up = up
-    if (up) for (const resolve of this.#waiting.splice(0)) resolve()
+    if (this.up) for (const resolve of this.#waiting.splice(0)) resolve()
+  }
+
+  /** Once: on a Citus coordinator, starts checking its workers; elsewhere nothing more (one query at the first probe). */
+  #lookForCitus(): Promise<void> {
+    this.#citus ??= citusMode(this.#sql).then((mode) => {
+      if (mode === 'none') return
+      const sql = postgres(driverConnection(this.#settings).url, {
+        ...(driverOptions(this.#settings, this.#pgbouncer) as object),
+        max: 1, connect_timeout: CONNECT_TIMEOUT_SECONDS, idle_timeout: 0, fetch_types: false, onnotice: () => undefined,
+        connection: { application_name: `${this.#applicationName}:workers` },
+      })
+      const workers = { sql, timer: setInterval(() => void this.#checkWorkers(), WORKER_CHECK_INTERVAL_MS), checking: false }
+      this.#workers = workers
+      void this.#checkWorkers()
+    }, () => { this.#citus = undefined }) // the database away: asked again at the next probe
+    return this.#citus
+  }
+
+  async #checkWorkers(): Promise<void> {
+    const workers = this.#workers
+    if (!workers || workers.checking) return
+    workers.checking = true
+    try {
+      const reach = await workerReach(workers.sql)
+      const unreachable = reach.filter((worker) => !worker.reachable).map((worker) => worker.node)
+      if (unreachable.join() !== this.#unreachable.join())
+        this.#log.warn(unreachable.length ? `citus: worker(s) unreachable from the coordinator: ${unreachable.join(', ')}` : 'citus: every worker reachable again', { unreachable_workers: unreachable })
+      this.#unreachable = unreachable
+      this.#allWorkersDown = reach.length > 0 && unreachable.length === reach.length
+    } catch {
+      // The coordinator itself away: the write probe says so.
+    } finally {
+      workers.checking = false
+      this.#set(this.#up)
+    }
   }
 
   /** Probes once (or judges the outstanding probe by its age); the result becomes `up`. */
   async probe(): Promise<boolean> {
+    if (!this.#citus) await this.#lookForCitus().catch(() => undefined)
     const outstanding = this.#outstanding
     if (outstanding) {
       if (performance.now() - outstanding.since >= PROBE_SLOW_MS) this.#set(false)
@@ -169,6 +235,7 @@ export class DatabaseHealth {
 
   async close(): Promise<void> {
     clearInterval(this.#timer)
-    await this.#sql.end({ timeout: 1 })
+    if (this.#workers) clearInterval(this.#workers.timer)
+    await Promise.all([this.#sql.end({ timeout: 1 }), this.#workers?.sql.end({ timeout: 1 })])
   }
 }
