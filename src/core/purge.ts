@@ -13,6 +13,22 @@ export interface PurgeOptions extends Clock {
   readonly retentionSeconds: number
   /** @default PURGE_BATCH_SIZE */
   readonly batchSize?: number | undefined
+  /**
+   * Only keys created at or after this: where the previous batch of the same
+   * run ended (PurgeBatch.through). Deleted keys stay in the created_at index
+   * until vacuum passes, and a batch that starts at the oldest walks all of
+   * them again: at 1.8 M purged keys not yet vacuumed, 62 ms a batch (8,437
+   * buffers) against 3.2 ms (294) with the bound (bench/day-purge-plan.ts,
+   * 10 M keys, BENCHMARKS.md). A key skipped while locked is older than the
+   * bound; the next run, which starts without one, gets it.
+   */
+  readonly from?: Date | undefined
+}
+
+export interface PurgeBatch {
+  readonly deleted: number
+  /** The newest created_at among the keys deleted: the next batch's `from`. Null when none were, or where batches are per tenant (Citus). */
+  readonly through: Date | null
 }
 
 /**
@@ -31,12 +47,18 @@ export interface PurgeOptions extends Clock {
  * retention as new.
  */
 export async function purgeExpired(sql: Sql, options: PurgeOptions): Promise<number> {
+  return (await purgeExpiredBatch(sql, options)).deleted
+}
+
+/** purgeExpired, with where the batch ended (a run's next batch starts there: PurgeOptions.from). */
+export async function purgeExpiredBatch(sql: Sql, options: PurgeOptions): Promise<PurgeBatch> {
   const limit = options.batchSize ?? PURGE_BATCH_SIZE
   if (await requestPathForm(sql) === 'statements') return purgeBatch(sql, options, limit)
   // Distributed by tenant (Citus): FOR UPDATE is refused across shards ("could not run distributed query with
   // FOR UPDATE/SHARE commands", the purge failed every minute). So the batch is made of one statement per
   // tenant that has keys past retention, each routed to that tenant's shard and run there as above; the
-  // tenants are found by a read without locks over every shard (the same created_at range).
+  // tenants are found by a read without locks over every shard (the same created_at range). No `from`
+  // bound there: a batch reaches some tenants only, and a bound past the others' oldest keys would skip them.
   const tenants = await sql<{ tenant: string }[]>`
     select k.tenant from idempotency_keys k
      where ${retentionCandidate(sql, options.now ?? null, options.retentionSeconds)}
@@ -46,13 +68,13 @@ export async function purgeExpired(sql: Sql, options: PurgeOptions): Promise<num
   let deleted = 0
   for (const { tenant } of tenants) {
     if (deleted >= limit) break
-    deleted += await purgeBatch(sql, { ...options, tenant }, limit - deleted)
+    deleted += (await purgeBatch(sql, { ...options, tenant, from: undefined }, limit - deleted)).deleted
   }
-  return deleted
+  return { deleted, through: null }
 }
 
 /** One batch, of every tenant or of `tenant` only (then on Citus one shard's statement). */
-async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string }, limit: number): Promise<number> {
+async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string }, limit: number): Promise<PurgeBatch> {
   const now = options.now ?? null
   // One range of idempotency_keys_created_at, oldest first: a key past its
   // retention was created before the cut-off (policy.ts), done or released.
@@ -66,6 +88,7 @@ async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string },
        where ${retentionCandidate(sql, now, options.retentionSeconds)}
          and (${expired(sql, now, options.retentionSeconds)} or ${releasedExpired(sql, now, options.retentionSeconds)})
          ${options.tenant === undefined ? sql`` : sql`and k.tenant = ${options.tenant}`}
+         ${options.from === undefined ? sql`` : sql`and k.created_at >= ${options.from}`}
        order by k.created_at
        limit ${limit}
          for update of k skip locked
@@ -73,6 +96,10 @@ async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string },
     delete from idempotency_keys k
      using gone
      where k.ctid = gone.ctid and k.status in ('done', 'released')
-       ${options.tenant === undefined ? sql`` : sql`and k.tenant = ${options.tenant}`}`
-  return rows.count
+       ${options.tenant === undefined ? sql`` : sql`and k.tenant = ${options.tenant}`}
+    returning k.created_at`
+  // A millisecond before the newest: a Date holds milliseconds, created_at microseconds.
+  let newest = Number.NEGATIVE_INFINITY
+  for (const { created_at } of rows) newest = Math.max(newest, (created_at as Date).getTime())
+  return { deleted: rows.count, through: rows.count > 0 ? new Date(newest - 1) : null }
 }

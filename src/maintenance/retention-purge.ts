@@ -1,5 +1,5 @@
 import { DEFAULT_PURGE_INTERVAL_MS } from '../config'
-import { purgeExpired, PURGE_BATCH_SIZE } from '../core/purge'
+import { purgeExpiredBatch, PURGE_BATCH_SIZE } from '../core/purge'
 import type { Sql } from '../core/types'
 import type { Metrics } from '../metrics/registry'
 import { errorText, type Logger } from '../log'
@@ -49,8 +49,11 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
 
   async function purgeRun(): Promise<number> {
     let total = 0
+    // Each batch starts where the one before ended (core/purge.ts PurgeOptions.from); each run from the oldest.
+    let from: Date | undefined
     for (let batch = 0; batch < MAX_BATCHES_PER_RUN && !stopped; batch++) {
-      const deleted = await purgeExpired(options.sql, { retentionSeconds: options.retentionSeconds, batchSize, now: options.now?.() })
+      const { deleted, through } = await purgeExpiredBatch(options.sql, { retentionSeconds: options.retentionSeconds, batchSize, now: options.now?.(), from })
+      from = through ?? from
       total += deleted
       if (deleted > 0) options.metrics?.purgedKeys.inc(deleted)
       if (deleted < batchSize) break
