@@ -23,6 +23,7 @@ const ALLOWED: Record<string, { count: number; why: string }> = {
   'test/core/batcher.test.ts': { count: 4, why: 'batcher timers: owned by issue 46 work (its overlap timer reads the real clock; the waits let time pass to show nothing went out)' },
   'test/admin/force-expire.test.ts': { count: 1, why: 'the race itself: a random offset spreads the expire over the worker\'s writes and its commit' },
   'test/chaos/clients.ts': { count: 1, why: 'a retrying client\'s random pause: the load\'s shape' },
+  'test/citus/support/load.ts': { count: 1, why: 'a retrying client\'s random pause: the load\'s shape (the Citus fault tests)' },
   'test/chaos/edges/sigterm-burst.test.ts': { count: 1, why: 'the fault\'s timing: SIGTERM lands a set delay after the burst' },
   'test/chaos/kill-restart.test.ts': { count: 3, why: 'clients starting in waves, the kill schedule, and the closed port between kill and restart: the scenario' },
   'test/chaos/postgres-restart.test.ts': { count: 3, why: 'clients spread over the outage, the outage\'s start, and the pace of POSTs during it: the scenario' },
