@@ -23,6 +23,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg } from 'node:os'
 import postgres from 'postgres'
+import { citusBin } from '../test/support/citus'
+import { citusReport, runCitusRound } from './citus'
 import { measureCpu } from './cpu'
 import { runLoad, round2, type LoadResult } from './load'
 import { timePurge, timeScrapes } from './maintenance'
@@ -66,6 +68,8 @@ export const SETTINGS = Object.freeze({
   roundTripRequests: setting('BENCH_RT_REQUESTS', 2000),
   /** Keys of the large table (fresh payments on it, the scrape, the purge); 0 skips those. */
   seedKeys: setting('BENCH_SEED_KEYS', 1_000_000),
+  /** 1: the Citus round (bench/citus.ts) when a PostgreSQL with citus is installed; 0 skips it. */
+  citus: setting('BENCH_CITUS', 1),
 })
 
 const load1 = () => round2(loadavg()[0]!)
@@ -170,6 +174,10 @@ async function main(): Promise<void> {
     await sql.end()
 
     const maintenance = large ? await timeMaintenance(server, large, instant, services) : undefined
+    const citus = SETTINGS.citus && citusBin()
+      ? await runCitusRound({ rounds: SETTINGS.rounds, seconds: SETTINGS.roundSeconds, connections: SETTINGS.connections, log })
+      : undefined
+    if (!citus) log(SETTINGS.citus ? 'the Citus round skipped: no PostgreSQL with citus.so (bash ../shared/citus/build.sh installs it)' : 'the Citus round skipped (BENCH_CITUS=0)')
 
     const results: Results = {
       at: new Date().toISOString(),
@@ -187,6 +195,10 @@ async function main(): Promise<void> {
     mkdirSync('.data', { recursive: true })
     writeFileSync('.data/bench-last.json', JSON.stringify(results, null, 2))
     console.log(report(results))
+    if (citus) {
+      writeFileSync('.data/bench-citus-last.json', JSON.stringify(citus, null, 2))
+      console.log(citusReport(citus))
+    }
   } finally {
     for (const stress of stresses.splice(0)) await stress.stop().catch(() => undefined)
     for (const service of services.splice(0)) await service.stop().catch(() => undefined)
