@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # npm run test:citus: the tests on a Citus cluster (test/citus/*.test.ts). Each file starts its own
 # coordinator and workers through test/support/citus.ts (own ports and data directories under /tmp,
-# stopped at its end), so all this needs is a PostgreSQL that can load citus: the installed one
+# stopped at its end; suites.test.ts runs test/core and test/http files on one), so all this needs is a PostgreSQL that can load citus: the installed one
 # (CITUS_PG_BIN, else /usr/lib/postgresql/N with citus.so), else one built now from ../shared/citus
 # (build.sh: about 2 minutes on two cores, once per machine). Arguments go to `bun test`
 # (e.g. a file: npm run test:citus -- test/citus/operators.test.ts).

@@ -158,22 +158,14 @@ export async function startCitusCluster(options: CitusClusterOptions = {}): Prom
         return worker
       },
       async createDatabase(label, databaseOptions = {}) {
-        const name = `idem_${label.replace(/\W/g, '_').slice(0, 30)}_${crypto.randomUUID().slice(0, 8)}`
-        const all = [coordinator!, ...workers]
-        await Promise.all(all.map((node) => withSql(node.url, (sql) => sql.unsafe(`create database "${name}"`))))
-        await Promise.all(all.filter((node) => !databaseOptions.plain || node !== coordinator).map((node) => withSql(node.urlOf(name), (sql) => sql`create extension citus`)))
-        if (databaseOptions.shardCount !== undefined)
-          await withSql(coordinator!.url, (sql) => sql.unsafe(`alter database "${name}" set citus.shard_count = ${Number(databaseOptions.shardCount)}`))
-        if (!databaseOptions.plain) await join_(coordinator!, workers, name)
-        else plainDatabases.add(name)
-        databases.push(name)
+        const made = await createClusterDatabase({ coordinator: coordinator!, workers }, label, databaseOptions)
+        if (databaseOptions.plain) plainDatabases.add(made.name)
+        databases.push(made.name)
         return {
-          name,
-          url: coordinator!.urlOf(name),
+          ...made,
           async drop() {
-            databases.splice(databases.indexOf(name), 1)
-            await Promise.all([coordinator!, ...workers].filter((node) => node.running).map((node) =>
-              withSql(node.url, (sql) => sql.unsafe(`drop database if exists "${name}" with (force)`))))
+            databases.splice(databases.indexOf(made.name), 1)
+            await made.drop()
           },
         }
       },
@@ -185,8 +177,68 @@ export async function startCitusCluster(options: CitusClusterOptions = {}): Prom
   }
 }
 
+/** Where a database of a cluster is made: its nodes' addresses (a running cluster's, or read back from its coordinator by clusterAt). */
+export interface ClusterNodes {
+  readonly coordinator: NodeAddress
+  readonly workers: readonly NodeAddress[]
+}
+
+export interface NodeAddress {
+  readonly port: number
+  readonly url: string
+  urlOf(database: string): string
+  /** False for a node stopped by its test: a drop leaves it alone. */
+  readonly running?: boolean
+}
+
+/**
+ * CitusCluster.createDatabase's work, for a cluster known only by its nodes:
+ * test/support/db.ts makes each test file's database so on a cluster another
+ * process started (TEST_CITUS_URL, test/citus/suites.test.ts).
+ */
+export async function createClusterDatabase(nodes: ClusterNodes, label: string, options: { shardCount?: number; plain?: boolean } = {}): Promise<CitusDatabase> {
+  const { coordinator, workers } = nodes
+  const name = `idem_${label.replace(/\W/g, '_').slice(0, 30)}_${crypto.randomUUID().slice(0, 8)}`
+  const all = [coordinator, ...workers]
+  await Promise.all(all.map((node) => withSql(node.url, (sql) => sql.unsafe(`create database "${name}"`))))
+  await Promise.all(all.filter((node) => !options.plain || node !== coordinator).map((node) => withSql(node.urlOf(name), (sql) => sql`create extension citus`)))
+  if (options.shardCount !== undefined)
+    await withSql(coordinator.url, (sql) => sql.unsafe(`alter database "${name}" set citus.shard_count = ${Number(options.shardCount)}`))
+  if (!options.plain) await join_(coordinator, workers, name)
+  return {
+    name,
+    url: coordinator.urlOf(name),
+    async drop() {
+      // The workers as they are now: a cluster's list grows with addWorker.
+      await Promise.all([coordinator, ...workers].filter((node) => node.running !== false).map((node) =>
+        withSql(node.url, (sql) => sql.unsafe(`drop database if exists "${name}" with (force)`))))
+    },
+  }
+}
+
+/** The nodes of the running cluster whose coordinator's `postgres` database is `coordinatorUrl`: its workers as its catalog lists them. */
+export async function clusterAt(coordinatorUrl: string): Promise<ClusterNodes> {
+  const address = (host: string, port: number): NodeAddress => {
+    const urlOf = (database: string) => {
+      const url = new URL(coordinatorUrl)
+      url.hostname = host
+      url.port = String(port)
+      url.pathname = `/${database}`
+      return url.toString()
+    }
+    return { port, url: urlOf('postgres'), urlOf }
+  }
+  const coordinator = new URL(coordinatorUrl)
+  const workers = await withSql(coordinatorUrl, (sql) => sql<{ nodename: string; nodeport: number }[]>`
+    select nodename, nodeport from pg_dist_node where groupid <> 0 and noderole = 'primary' and isactive order by nodeid`)
+  return {
+    coordinator: address(coordinator.hostname, Number(coordinator.port || 5432)),
+    workers: workers.map((worker) => address(worker.nodename, Number(worker.nodeport))),
+  }
+}
+
 /** The coordinator known as itself (group 0) and the workers added, in `database`. */
-async function join_(coordinator: Node, workers: Node[], database: string): Promise<void> {
+async function join_(coordinator: NodeAddress, workers: readonly NodeAddress[], database: string): Promise<void> {
   await withSql(coordinator.urlOf(database), async (sql) => {
     await sql`select citus_set_coordinator_host('127.0.0.1', ${coordinator.port})`
     for (const worker of workers) await sql`select citus_add_node('127.0.0.1', ${worker.port})`

@@ -3,6 +3,7 @@ import { join } from 'node:path'
 import postgres from 'postgres'
 import { migrateService, SQL_DIR } from '../../src/store/migrate'
 import { openPools, type Pools } from '../../src/store/db'
+import type { ClusterNodes } from './citus'
 import { waitFor } from './wait'
 
 export interface TestDatabase {
@@ -47,6 +48,7 @@ const sha = (text: string) => new Bun.CryptoHasher('sha256').update(text).digest
  * with `seed`'s rows if given.
  */
 export async function createTestDatabase(label = 'test', options: { seed?: Seed } = {}): Promise<TestDatabase> {
+  if (process.env.TEST_CITUS_URL) return createCitusTestDatabase(process.env.TEST_CITUS_URL, label, options)
   const template = options.seed ? await seededTemplate(options.seed) : await migratedTemplate()
   const name = `idem_${label.replace(/\W/g, '_').slice(0, 30)}_${crypto.randomUUID().slice(0, 8)}`
   const admin = connect()
@@ -71,6 +73,54 @@ export async function createTestDatabase(label = 'test', options: { seed?: Seed 
     },
   }
 }
+
+/**
+ * With TEST_CITUS_URL (the `postgres` database of a running Citus
+ * coordinator, test/citus/suites.test.ts), the same database on that cluster:
+ * citus on every node, migrated, so distributed (sql/engine/00011,
+ * sql/service/00006). No template: a copy of a coordinator's database would
+ * not copy the shards on the workers. It is checked to be distributed, so a
+ * file that passes there passed on the distributed schema.
+ */
+async function createCitusTestDatabase(coordinatorUrl: string, label: string, options: { seed?: Seed }): Promise<TestDatabase> {
+  // Imported here: a plain run loads nothing of the Citus harness.
+  const { clusterAt, createClusterDatabase } = await import('./citus')
+  citusNodes ??= clusterAt(coordinatorUrl)
+  const made = await createClusterDatabase(await citusNodes, label, { shardCount: CITUS_SHARD_COUNT })
+  try {
+    await migrateService(made.url)
+    const check = connect(made.url)
+    try {
+      // pg_dist_partition exists only with citus: asked only then (as core/citus-form.ts does).
+      const [citus] = await check<{ installed: boolean }[]>`select exists (select 1 from pg_extension where extname = 'citus') as installed`
+      const [keys] = citus?.installed ? await check<{ distributed: boolean }[]>`
+        select exists (select 1 from pg_dist_partition where logicalrelid = 'idempotency_keys'::regclass and partmethod = 'h') as distributed` : []
+      if (!keys?.distributed) throw new Error(`${made.name}: idempotency_keys is not distributed by Citus after migrating (TEST_CITUS_URL)`)
+      if (options.seed) await options.seed.fill(check)
+    } finally {
+      await check.end()
+    }
+  } catch (error) {
+    await made.drop()
+    throw error
+  }
+  const pools = openPools(made.url, { applicationName: `test:${label}`, shortMax: 10, workMax: 20 })
+  const sql = postgres(made.url, { max: 4, onnotice: () => undefined })
+  return {
+    url: made.url,
+    pools,
+    sql,
+    async drop() {
+      await pools.close(1)
+      await sql.end({ timeout: 1 })
+      await made.drop()
+    },
+  }
+}
+
+let citusNodes: Promise<ClusterNodes> | undefined
+/** Shards per distributed table in a test database: fewer than Citus's 32 make migrating faster, still several per worker. */
+const CITUS_SHARD_COUNT = 8
 
 /*
  * Templates are named after what they hold: a hash of the migrations and of

@@ -1,0 +1,16 @@
+-- @online
+-- idempotency_on_shard (00012) waits on a row lock as long as the service's
+-- own session does (store/db.ts LOCK_TIMEOUT_MS, 1 s), where it runs: on a
+-- Citus worker, in a session of the coordinator's to that worker, which has
+-- none of the service's startup settings, so lock_timeout was 0 there. A
+-- single-member completion that met a locked row (an operator's SELECT ...
+-- FOR UPDATE, an uncommitted insert of its key) then waited until the
+-- coordinator's statement_timeout (5 s) cancelled it: 503, the key left in
+-- processing until its TTL, its charge made; on one PostgreSQL it gives up at
+-- 1 s (55P03) and is sent again while its deadline leaves time (found by
+-- test/http/key-lock-isolation.test.ts run on Citus, test/citus/suites.test.ts).
+-- A statement of several members still sets its own, shorter wait inside
+-- (core/batch-input.ts SHARED_LOCK_WAIT). Citus propagates the setting to the
+-- workers' copies of the function; on plain PostgreSQL the function is never
+-- called (core/citus-form.ts).
+alter function idempotency_on_shard(text, text, text, text) set lock_timeout = '1s';
