@@ -22,6 +22,7 @@ export type TakeOver = Lease | null | 'busy'
  * on it (its claim's answer was lost). The request keeps its request_id, so
  * its downstream key is the same and a provider that already charged answers
  * that charge. The old worker, if it still runs, is fenced by the new lease.
+ * Its list entry is deleted by its whole primary key (release.ts says why).
  */
 export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOver> {
   return takeOver(sql, seen, (tx) => {
@@ -42,8 +43,8 @@ export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOve
         returning k.lease::text as lease, k.attempts, k.request_id::text as request_id
       ),
       unlisted as (
-        delete from idempotency_processing pr using target t
-         where pr.stale_at = t.stale_at and pr.tenant = ${seen.tenant} and pr.key = t.key
+        delete from idempotency_processing pr
+         where pr.stale_at = (select t.stale_at from target t) and pr.tenant = ${seen.tenant} and pr.key = ${seen.key}
       )
       select * from taken`
   })

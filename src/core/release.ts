@@ -24,7 +24,10 @@ export type ReleaseReason = (typeof RELEASE_REASONS)[number]
  * on Citus (tables distributed by tenant) that routes the whole statement to
  * the worker of the tenant's shard, one command and no two-phase commit
  * (test/citus/request-path.test.ts); a join alone made every CTE a subplan
- * sent to every shard (issue 47).
+ * sent to every shard (issue 47). The entry is found by its whole primary
+ * key, the deadline read by a subquery: joined to `target` with the tenant a
+ * parameter, PostgreSQL 17 and 18 planned a sequential scan of the list on
+ * never-analyzed tables (test/store/request-path-plans.test.ts).
  */
 export async function release(sql: Sql, lease: Pick<Lease, 'tenant' | 'key' | 'lease'>, reason: ReleaseReason = 'failed'): Promise<boolean> {
   const rows = await sql`
@@ -42,8 +45,8 @@ export async function release(sql: Sql, lease: Pick<Lease, 'tenant' | 'key' | 'l
       returning k.key
     ),
     unlisted as (
-      delete from idempotency_processing pr using target t
-       where pr.stale_at = t.stale_at and pr.tenant = ${lease.tenant} and pr.key = t.key
+      delete from idempotency_processing pr
+       where pr.stale_at = (select t.stale_at from target t) and pr.tenant = ${lease.tenant} and pr.key = ${lease.key}
     )
     select 1 from released`
   return rows.length === 1
