@@ -93,6 +93,11 @@ export class Batcher<Input, Output> {
     return { ...this.#stats }
   }
 
+  /** Nothing queued and nothing in flight: dropping this batcher loses nothing. */
+  get idle(): boolean {
+    return this.#queue.length === 0 && this.#inFlight === 0
+  }
+
   /**
    * One member's result. `signal`: while still queued, an abort takes the
    * member out (it is never sent); once sent, the statement goes on and its

@@ -28,7 +28,7 @@ export class Lane {
   readonly #sql: Sql
   readonly #options: LaneOptions
   readonly #batcher: Batcher<Work, ClaimRow | boolean | undefined>
-  /** The functions form's batchers, one per tenant and kind (see #batcherOf); kept while the pool lives (a few hundred bytes a tenant). */
+  /** The functions form's batchers, one per tenant and kind (see #batcherOf); the idle ones dropped past MAX_TENANT_BATCHERS. */
   readonly #groups = new Map<string, Batcher<Work, ClaimRow | boolean | undefined>>()
   /** Known after the pool's first claim or completion (citus-form.ts). */
   #form: RequestPathForm | undefined
@@ -92,6 +92,8 @@ export class Lane {
     const name = `${kind}\u0000${tenant}`
     let batcher = this.#groups.get(name)
     if (!batcher) {
+      // Tenants come and go (the gateway's are digests of any Authorization a client sends): the idle are dropped past a bound.
+      if (this.#groups.size >= MAX_TENANT_BATCHERS) for (const [other, idle] of this.#groups) if (idle.idle) this.#groups.delete(other)
       batcher = new Batcher({
         run: (work) => this.#call(tenant, work), isolate: (error) => isDataError(error) || isLockFailure(error), maxInFlight: 3, ...this.#options,
       })
@@ -197,6 +199,9 @@ const CLAIM_CALL = onShardCall(`n int, fresh boolean, lease text, attempts int, 
 const COMPLETION_CALL = onShardCall('n int')
 const CLAIM_ON_SHARD = onShard(claimBatchSql)
 const SHARED_CLAIM_ON_SHARD = onShard(sharedClaimBatchSql)
+
+/** The functions form's batchers kept before the idle ones are dropped (each a few hundred bytes). */
+const MAX_TENANT_BATCHERS = 10_000
 
 const lanes = new WeakMap<Sql, Lane>()
 

@@ -67,3 +67,20 @@ test('a statement still running after overlapAfterMs no longer holds the queue: 
   expect(await Promise.all([second, third])).toEqual([30, 40])
   expect(lanes.most()).toBe(2)
 })
+
+// Catches: a batcher called idle while a member waits or a statement runs (the Citus lane would drop it, core/lane.ts).
+test('idle only with nothing queued and nothing in flight', async () => {
+  let release = () => {}
+  const batcher = new Batcher<number, number>({ run: (inputs) => new Promise((resolve) => { release = () => resolve(inputs) }), maxInFlight: 1 })
+  expect(batcher.idle).toBe(true)
+  const first = batcher.submit(1)
+  expect(batcher.idle).toBe(false)
+  const second = batcher.submit(2)
+  release()
+  expect(await first).toBe(1)
+  expect(batcher.idle).toBe(false)
+  await waitFor(() => batcher.stats.statements === 2, 'the second statement')
+  release()
+  expect(await second).toBe(2)
+  await waitFor(() => batcher.idle, 'the batcher idle once its last statement ended')
+})
