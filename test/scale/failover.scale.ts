@@ -35,6 +35,7 @@ import { cleanupAll, missing, onTeardown, scoped } from './support/processes'
 import { BURST, KEYS, relayFailover as failover, requireSyncStandby, type FailoverFigures } from './support/relay-failover'
 import { TcpRelay } from './support/tcp-proxy'
 import { adminClient, providerWired, report } from './support/world'
+import { waitFor } from '../support/wait'
 
 const skip = missing(['initdb', 'pg_basebackup', 'pg_ctl', 'postgres'])
 if (skip) console.log(`[scale] failover: ${skip}`)
@@ -103,7 +104,11 @@ describe.skipIf(skip !== undefined)('primary failover with a multi-host DATABASE
       let settled = false
       const started = performance.now()
       const outcome = client`insert into ledger values (1)`.then(() => 'committed', (e: Error) => e.message).finally(() => { settled = true })
-      await Bun.sleep(3_000)
+      // Three times its statement timeout, as the primary tells: the commit still waiting for its standby.
+      await waitFor(async () => settled || (await admin`
+        select 1 from pg_stat_activity
+         where pid = ${pid} and wait_event = 'SyncRep' and clock_timestamp() - query_start >= interval '3 seconds'`).length > 0,
+      'the insert to wait 3 s for its synchronous standby', 20_000)
       const waitingPastTimeout = !settled
       await admin`select pg_cancel_backend(${pid})`
       const result = await outcome
