@@ -98,13 +98,21 @@ interface Sent {
   readonly paymentId?: string
 }
 
+/** The balancer in front of the instances: its rotation, and whether an instance is still in it. */
+interface Balancer {
+  pick(): string
+  serves(url: string): boolean
+}
+
 /**
- * `url` a picked instance, or the balancer's pick: a connection refused (the instance left the rotation and
- * closed its listener between the pick and the connect: the request reached no one) is sent to the next
- * pick, as a balancer does. Any other network error counts, with its code.
+ * To one instance, or through the balancer. A network error on an instance that has left the rotation (it
+ * is draining: a connection refused once its listener closed, or reset as it closed an idle keep-alive
+ * connection the request had just been written to) is sent to the next pick, as a balancer does; the
+ * request carries its Idempotency-Key, so a resend is a retry like any other. A network error of an
+ * instance in the rotation counts, with its code.
  */
-async function post(url: string | (() => string), key: string, body: PaymentBody, refused = 0): Promise<Sent> {
-  const target = typeof url === 'string' ? url : url()
+async function post(to: string | Balancer, key: string, body: PaymentBody, resent = 0): Promise<Sent> {
+  const target = typeof to === 'string' ? to : to.pick()
   try {
     const response = await fetch(`${target}/api/payments`, {
       method: 'POST',
@@ -116,7 +124,7 @@ async function post(url: string | (() => string), key: string, body: PaymentBody
     return { status: response.status, ...(answer.code ? { code: answer.code } : {}), ...(response.ok && answer.id ? { paymentId: answer.id } : {}) }
   } catch (error) {
     const code = (error as { code?: string }).code ?? String(error)
-    if ((code === 'ECONNREFUSED' || code === 'ConnectionRefused') && typeof url !== 'string' && refused < 5) return post(url, key, body, refused + 1)
+    if (typeof to !== 'string' && !to.serves(target) && resent < 5) return post(to, key, body, resent + 1)
     return { status: 'network-error', code }
   }
 }
@@ -127,7 +135,7 @@ test.skipIf(!history)('0.2.0 → this release, one instance at a time under a re
   const b = await start('previous')
   // The balancer's rotation: an instance leaves it before it is stopped, and joins once it listens.
   let rotation = [a.url, b.url]
-  const pick = () => rotation[Math.floor(Math.random() * rotation.length)]!
+  const balancer: Balancer = { pick: () => rotation[Math.floor(Math.random() * rotation.length)]!, serves: (url) => rotation.includes(url) }
 
   const bodies = new Map<string, PaymentBody>()
   const answers: Sent[] = []
@@ -138,12 +146,12 @@ test.skipIf(!history)('0.2.0 → this release, one instance at a time under a re
       const body = payment({ customer: `cus_${key}` })
       bodies.set(key, body)
       // Sent to two instances at once, then retried to any until a 2xx.
-      const first = await Promise.all([post(pick, key, body), post(pick, key, body)])
+      const first = await Promise.all([post(balancer, key, body), post(balancer, key, body)])
       answers.push(...first)
       let done = first.some((s) => typeof s.status === 'number' && s.status < 300)
       for (let attempt = 0; !done && attempt < 200; attempt++) {
         await Bun.sleep(20 + Math.random() * 40)
-        const again = await post(pick, key, body)
+        const again = await post(balancer, key, body)
         answers.push(again)
         done = typeof again.status === 'number' && again.status < 300
       }
