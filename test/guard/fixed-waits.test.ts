@@ -34,7 +34,6 @@ const ALLOWED: Record<string, { count: number; why: string }> = {
   'test/shutdown/simulator-restart.test.ts': { count: 1, why: 'the operator\'s 0.6 s before restarting: the scenario' },
   'test/store/database-contract.test.ts': { count: 1, why: 'a retrying client\'s pause between 409s in a retry storm: the load\'s shape' },
   'test/upgrade/rolling.test.ts': { count: 1, why: 'a retrying client\'s pause between attempts: the load\'s shape' },
-  'test/scale/failover.scale.ts': { count: 1, why: 'the subject: a commit still waiting for its synchronous standby 3 s in, past statement_timeout' },
   'test/scale/patroni.scale.ts': { count: 2, why: 'a recovery watcher\'s resolution, and the pace of requests during a stall' },
   'test/scale/pgbouncer.scale.ts': { count: 5, why: 'an absent warning (the service logs only a failed check), a pool sampler\'s period, clients in waves, the kill schedule, the closed port' },
   'test/scale/support/load.ts': { count: 2, why: 'clients\' pause and think time: the load\'s shape' },
