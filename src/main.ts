@@ -152,6 +152,13 @@ async function main(): Promise<number> {
     // A child started during the start (initdb, the simulator) can receive a
     // signal sent to our group in the instant before it leaves it, and fail:
     // when a stop was asked for, that failure is the stop, and a clean one.
+    // The child may even see that signal before our own handler has run (seen
+    // once in six loaded runs: the simulator exited 130 first): give the
+    // handler a moment to run before calling the start failed.
+    if (!serving && !stop.signal.aborted && stopSignalOf(error)) {
+      log.info(`a child of the start ended by ${stopSignalOf(error)}: waiting up to ${STOP_ARRIVES_MS / 1000} s for the stop it belongs to`)
+      await stopArrives(STOP_ARRIVES_MS)
+    }
     if (!serving && stop.signal.aborted) {
       log.info(`${String(stop.signal.reason)} during start-up: stopping (${errorText(error)})`, { signal: String(stop.signal.reason) })
       return 0
@@ -162,6 +169,29 @@ async function main(): Promise<number> {
       await step().catch((error: unknown) => log.error(`stop failed: ${errorText(error)}`, { error }))
     }
   }
+}
+
+/** 5 s: our handler runs within a turn or two of the event loop, even on a loaded machine; past this the child's stop was not ours. */
+const STOP_ARRIVES_MS = 5_000
+
+/** The signal a child started during the start ended by, when the error says (provider/spawn.ts). */
+function stopSignalOf(error: unknown): string | undefined {
+  const signal = (error as { stopSignal?: unknown } | null)?.stopSignal
+  return typeof signal === 'string' ? signal : undefined
+}
+
+/** Resolves when a stop has been asked for, or after `ms`. */
+async function stopArrives(ms: number): Promise<void> {
+  if (stop.signal.aborted) return
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(done, ms)
+    function done() {
+      clearTimeout(timer)
+      stop.signal.removeEventListener('abort', done)
+      resolve()
+    }
+    stop.signal.addEventListener('abort', done, { once: true })
+  })
 }
 
 /**

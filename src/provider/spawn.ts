@@ -74,9 +74,21 @@ export async function spawnSimulator(options: SpawnSimulatorOptions = {}): Promi
   lines.delete(check)
   if (!url.startsWith('http://')) {
     proc.kill('SIGKILL')
-    throw new Error(`the provider simulator did not start (${url}):\n${output.text}`)
+    throw Object.assign(new Error(`the provider simulator did not start (${url}):\n${output.text}`), { stopSignal: stopSignalOf(proc) })
   }
   return { url, proc, stop: () => stop(proc), output: () => output.text }
+}
+
+/**
+ * SIGINT or SIGTERM when the child ended by one (killed, or its own handler's
+ * exit 130/143): a stop sent to our process group as the child was leaving it,
+ * which main.ts treats as our stop once its own handler has seen it.
+ */
+function stopSignalOf(proc: Subprocess): 'SIGINT' | 'SIGTERM' | undefined {
+  const code = proc.signalCode ?? proc.exitCode
+  if (code === 'SIGINT' || code === 130) return 'SIGINT'
+  if (code === 'SIGTERM' || code === 143) return 'SIGTERM'
+  return undefined
 }
 
 async function stop(proc: Subprocess): Promise<number> {

@@ -90,7 +90,64 @@ describe('with DATABASE_URL', () => {
     { name: 'SIGTERM to the group while a worker is starting (handlers in, not listening)', env: { WORKERS: '2' }, at: workerStarting, signal: 'SIGTERM', to: 'group' },
   ]
   for (const c of cases) test(c.name, async () => { await stopDuringStart({ DATABASE_URL: db.url }, c) }, 60_000)
+
+  // The group's signal can kill the simulator (not yet in a group of its own,
+  // no handler yet) and be seen as its exit before our own handler runs: a
+  // race seen once in six loaded CI runs, exit 1. Here made certain: the child
+  // is stopped (SIGSTOP) before its handler is in, killed by SIGINT, and only
+  // once the service has seen it gone is the service signalled.
+  test('the simulator killed by the stop before our own handler has seen it: still a clean stop, exit 0', async () => {
+    const { service, child } = await simulatorKilledBeforeItsHandler({ DATABASE_URL: db.url })
+    // The service has seen the child's end (and, before the fix, exited 1 at once).
+    await waitWhileStarting(service, () => /ended by SIGINT/.test(service.output()) || service.proc.exitCode !== null, 'the child\'s end to be seen')
+    process.kill(service.proc.pid, 'SIGINT')
+    const code = await service.exited()
+    if (code !== 0) throw new Error(`exit ${code} (the simulator ${child} died by SIGINT first):\n${service.output()}`)
+    expect(service.output()).toContain('SIGINT during start-up: stopping')
+  }, 60_000)
+
+  test('the simulator killed by a SIGINT that is not ours: the start fails, exit 1, saying so', async () => {
+    const { service } = await simulatorKilledBeforeItsHandler({ DATABASE_URL: db.url })
+    expect(await service.exited()).toBe(1)
+    expect(service.output()).toMatch(/failed to start: the provider simulator did not start/)
+  }, 60_000)
 })
+
+/** The service, with its simulator child killed by SIGINT before that child could catch it (retried when it already could). */
+async function simulatorKilledBeforeItsHandler(env: Record<string, string | undefined>): Promise<{ service: StartingProcess; child: number }> {
+  for (let attempt = 1; ; attempt++) {
+    const service = spawnDetached([process.execPath, 'src/main.ts'], { ...LEDGER, ...env })
+    started.push(service)
+    let child: number | undefined
+    await waitWhileStarting(service, () => (child = childrenOf(service.proc.pid)[0]) !== undefined || service.proc.exitCode !== null, 'the simulator child', 30_000)
+    expect(service.proc.exitCode).toBeNull()
+    process.kill(child!, 'SIGSTOP')
+    if (!catches(child!, 'SIGINT')) {
+      process.kill(child!, 'SIGINT') // pending while it is stopped; its default action once continued
+      process.kill(child!, 'SIGCONT')
+      await waitFor(() => !alive(child!) || zombie(child!), `the simulator ${child} to die by SIGINT`)
+      return { service, child: child! }
+    }
+    // It had its handler already: try again with a new start.
+    process.kill(-service.proc.pid, 'SIGKILL')
+    process.kill(child!, 'SIGKILL')
+    await service.exited()
+    if (attempt === 5) throw new Error('the simulator had its SIGINT handler before it could be stopped, 5 times')
+  }
+}
+
+function childrenOf(pid: number): number[] {
+  const found = Bun.spawnSync(['ps', '-o', 'pid=', '--ppid', String(pid)]).stdout.toString()
+  return found.split('\n').map((line) => Number(line.trim())).filter((n) => n > 0)
+}
+
+function zombie(pid: number): boolean {
+  try {
+    return /^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, 'utf8'))
+  } catch {
+    return false
+  }
+}
 
 describe('with the embedded PostgreSQL', () => {
   let temp: string
