@@ -1,7 +1,7 @@
 import { release } from './core/release'
 import { ShuttingDownError } from './core/deadline'
 import { startHeartbeat } from './core/processes'
-import { readServerSettings, writeServerSettings, type ServerSettings } from './core/settings'
+import { recordServerSettings, type ServerSettings } from './core/settings'
 import { InFlight } from './http/in-flight'
 import { createMetrics } from './metrics/registry'
 import { ClusterMetrics } from './metrics/cluster'
@@ -77,7 +77,7 @@ function warnOnChangedSettings(log: Logger, previous: ServerSettings | undefined
     ...(previous.ttlSeconds !== config.ttlSeconds ? [`IDEMPOTENCY_TTL_SECONDS ${previous.ttlSeconds} -> ${config.ttlSeconds}`] : []),
   ]
   if (changes.length === 0) return
-  log.warn(`settings differ from those the last instance started with (${previous.updatedAt.toISOString()}): ${changes.join(', ')}; ` +
+  log.warn(`settings differ from those the last instance started with (recorded ${previous.updatedAt.toISOString()}): ${changes.join(', ')}; ` +
     'while instances run with both, a key is protected for the shorter retention, and may be reclaimed after the shorter TTL: roll the change through every instance (docs/how-to/upgrade.md)',
   { previous_retention_seconds: previous.retentionSeconds, previous_ttl_seconds: previous.ttlSeconds })
 }
@@ -103,8 +103,7 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   // Warns at start (and exports a gauge) when commits are acknowledged before any standby has them.
   const durability = watchDurability({ sql: pools.short, registry: metrics.registry, singleNode: config.databaseUrl === undefined })
   // Operator commands apply the server's TTL and retention, never their shell's (core/settings.ts).
-  const previous = await readServerSettings(pools.short)
-  await writeServerSettings(pools.short, config)
+  const previous = await recordServerSettings(pools.short, config, (line) => log.warn(line))
   warnOnChangedSettings(log, previous, config)
   // One heartbeat row for this process: how force-expire tells a live owner from a dead one.
   // It lists the leases this process works on (per-request liveness, core/processes.ts).

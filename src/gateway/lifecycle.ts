@@ -8,7 +8,7 @@
  */
 import { ShuttingDownError } from '../core/deadline'
 import { startHeartbeat } from '../core/processes'
-import { writeServerSettings } from '../core/settings'
+import { recordServerSettings } from '../core/settings'
 import { InFlight } from '../http/in-flight'
 import { installLastResort } from '../last-resort'
 import type { Logger } from '../log'
@@ -48,7 +48,7 @@ export async function runGateway(config: GatewayConfig, databaseUrl: string, opt
   const inFlight = new InFlight()
   const gauges = new DatabaseGauges({ sql: pools.short, ttlSeconds: config.ttlSeconds, log })
   // Operator commands apply the server's TTL and retention (core/settings.ts).
-  await writeServerSettings(pools.short, config)
+  await recordServerSettings(pools.short, config, (line) => log.warn(line))
   const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds(), schemaKnown: knownVersions() })
   const handle = gatewayFetch({ config, pools, metrics, gatewayMetrics: gatewayMetrics(metrics.registry, names), gauges, inFlight, owner: () => heartbeat.id, log })
   const server = serveGateway(handle, { hostname: config.host, port: config.port, log })
