@@ -8,8 +8,8 @@ export interface ServerSettings {
 }
 
 /**
- * Records the TTL and retention the server runs with. Written by every
- * server at start; operator commands read it (readServerSettings), so they
+ * Records the TTL and retention the server runs with. Written by a server's
+ * start when they changed (recordServerSettings); operator commands read it (readServerSettings), so they
  * never apply their own shell's values: `IDEMPOTENCY_RETENTION_SECONDS=1 idem
  * purge` once deleted live keys, and the next retry paid again.
  */
