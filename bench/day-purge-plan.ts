@@ -1,14 +1,14 @@
 /**
  * The purge's own statement on the seeded table, idle: its plan as it ran
  * (auto_explain, sent back as a notice: no server log to read) and the time
- * of a few batches back to back. The service's purge pauses PURGE_PAUSE_MS
- * between full batches, so what it clears per second while serving is
+ * of a few batches back to back. The service's purge pauses after each full
+ * batch (purgePauseMs: nine times the batch's time), so what it clears per second while serving is
  * bounded by batch / (batch time + pause): these figures say which of the two
  * bounds it.
  */
 import postgres from 'postgres'
 import { purgeExpired, PURGE_BATCH_SIZE } from '../src/core/purge'
-import { PURGE_PAUSE_MS } from '../src/maintenance/retention-purge'
+import { purgePauseMs } from '../src/maintenance/retention-purge'
 import { percentile, round2 } from './load'
 
 /** Batches timed back to back (real deletes of the backlog: 20 × 500 keys). */
@@ -52,10 +52,10 @@ export async function purgePlan(url: string, retentionSeconds: number): Promise<
     const p50 = percentile(times, 50)
     return {
       batchSize: PURGE_BATCH_SIZE,
-      pauseMs: PURGE_PAUSE_MS,
+      pauseMs: round2(purgePauseMs(p50)),
       batchP50Ms: round2(p50),
       batchMaxMs: round2(Math.max(...times)),
-      pacedCeiling: Math.round(PURGE_BATCH_SIZE / ((p50 + PURGE_PAUSE_MS) / 1000)),
+      pacedCeiling: Math.round(PURGE_BATCH_SIZE / ((p50 + purgePauseMs(p50)) / 1000)),
       plan,
     }
   } finally {

@@ -1,6 +1,6 @@
 import type postgres from 'postgres'
 import { purgeExpired, PURGE_BATCH_SIZE } from '../src/core/purge'
-import { PURGE_PAUSE_MS } from '../src/maintenance/retention-purge'
+import { purgePauseMs } from '../src/maintenance/retention-purge'
 import { percentile, round2 } from './load'
 import { BENCH_METRICS_TOKEN } from './service'
 
@@ -46,12 +46,12 @@ export async function timePurge(sql: postgres.Sql) {
     rows,
     seconds: round2(seconds),
     batchSize: PURGE_BATCH_SIZE,
-    pauseMs: PURGE_PAUSE_MS,
+    pauseMs: Math.round(purgePauseMs(batchP50) * 100) / 100,
     batchP50Ms: round2(batchP50),
     batchP99Ms: round2(percentile(batchTimes, 99)),
     /** Back to back, as fast as the database deletes. */
     rowsPerSecond: Math.round(rows / seconds),
-    /** With the production pause between batches (retention-purge.ts): what a backlog drains at. */
-    pacedRowsPerSecond: Math.round(PURGE_BATCH_SIZE / ((batchP50 + PURGE_PAUSE_MS) / 1000)),
+    /** With the production pause between batches (retention-purge.ts, after a batch of the median time): what a backlog drains at. */
+    pacedRowsPerSecond: Math.round(PURGE_BATCH_SIZE / ((batchP50 + purgePauseMs(batchP50)) / 1000)),
   }
 }

@@ -124,7 +124,7 @@ export function report(r: Results): string {
   if (instantFresh?.hotPercent !== undefined)
     target('HOT share of the key table\'s updates, instant fresh rounds', `**${instantFresh.hotPercent}%**`, `≥ ${TARGETS.hotPercent}%`, instantFresh.hotPercent >= TARGETS.hotPercent)
   if (r.scrape) target(`/metrics scrape, ${n(r.scrape.keys)} keys (cache off)`, `p50 ${r.scrape.p50Ms} ms, max ${r.scrape.maxMs} ms; ${r.scrape.staleKeysReported} stale keys reported (500 seeded stale)`, '(read)', undefined)
-  if (r.purge) target(`purge (batches of ${r.purge.batchSize})`, `${n(r.purge.rowsPerSecond)} rows/s back to back; ${n(r.purge.pacedRowsPerSecond)} rows/s with the ${r.purge.pauseMs} ms production pause (batch p50 ${r.purge.batchP50Ms} ms)`, '(read)', undefined)
+  if (r.purge) target(`purge (batches of ${r.purge.batchSize})`, `${n(r.purge.rowsPerSecond)} rows/s back to back; ${n(r.purge.pacedRowsPerSecond)} rows/s with the production pause after a median batch, ${r.purge.pauseMs} ms (batch p50 ${r.purge.batchP50Ms} ms)`, '(read)', undefined)
 
   const cellRows = r.versus.map((c) => `| ${c.cell.name} | ${c.cell.connections} | ${n(c.rps)} | ${c.rounds.map(n).join(', ')} | ${c.p50} | ${c.p99} | ${c.cpuUs.process} / ${c.cpuUs.postgres} / ${c.cpuUs.provider} / ${c.cpuUs.wrk} | ${c.busyPercent}% (${c.othersPercent}%) | ${c.cell.side === 'service' ? `${c.exactlyOnce.held}/${c.exactlyOnce.rounds}` : `(${n(c.exactlyOnce.payments)} payments, ${n(c.exactlyOnce.charges)} charges)`} |`)
 

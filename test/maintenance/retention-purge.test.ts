@@ -3,13 +3,14 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { claim } from '../../src/core/claim'
 import { complete } from '../../src/core/complete'
 import { purgeExpired, purgeExpiredBatch } from '../../src/core/purge'
-import { startRetentionPurge } from '../../src/maintenance/retention-purge'
+import { PURGE_PAUSE_BOUNDS_MS, purgePauseMs, startRetentionPurge } from '../../src/maintenance/retention-purge'
 import { createMetrics } from '../../src/metrics/registry'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
 import { createKeys, identity, secondsBefore } from '../support/keys'
 import { startServer } from '../support/server'
 import { waitFor } from '../support/wait'
+import type { Logger } from '../../src/log'
 
 const RETENTION = 3600
 /** Enough batches (50 per purger at 100 rows) that the purge overlaps the traffic. */
@@ -122,6 +123,46 @@ test('with `now` moved forward, the purge deletes what has expired by then (no s
   await seedDone('later-', 3, 10)
   expect(await purgeExpired(db.pools.short, { retentionSeconds: RETENTION })).toBe(0)
   expect(await purgeExpired(db.pools.short, { retentionSeconds: RETENTION, now: new Date(Date.now() + RETENTION * 1000) })).toBe(3)
+})
+
+test('after each full batch the purge pauses four times as long as the batch took (a fifth of a connection), within bounds', async () => {
+  await db.sql`delete from idempotency_keys`
+  await seedDone('paced-', 35, RETENTION + 60)
+  // Each batch takes 3 ms by this clock, whatever the machine: a pause of 12 ms after each full one.
+  let tick = 0
+  const pauses: [number, number][] = []
+  const purge = startRetentionPurge({
+    sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, intervalMs: 3_600_000,
+    clock: () => (tick += 3), onPause: (pauseMs, batchMs) => pauses.push([Math.round(pauseMs * 1000) / 1000, batchMs]),
+  })
+  try {
+    expect(await purge.runOnce()).toBe(35)
+  } finally {
+    await purge.stop()
+  }
+  expect(pauses).toEqual([[12, 3], [12, 3], [12, 3]]) // three full batches; the short fourth ends the run
+  // A batch of no time still pauses; one that took seconds stops the purge for 2 s at most.
+  expect(purgePauseMs(0)).toBe(PURGE_PAUSE_BOUNDS_MS.min)
+  expect(purgePauseMs(10)).toBeCloseTo(40)
+  expect(purgePauseMs(5_000)).toBe(PURGE_PAUSE_BOUNDS_MS.max)
+})
+
+test('a run that stops at its batch limit with a backlog left is followed by the next at once, not after the interval', async () => {
+  await db.sql`delete from idempotency_keys`
+  await seedDone('backlog-', 55, RETENTION + 60)
+  const deleted: number[] = []
+  const log = { info: (_: string, fields?: { purged?: number }) => { if (fields?.purged) deleted.push(fields.purged) }, warn: () => undefined, error: () => undefined, debug: () => undefined }
+  // Runs of 2 batches of 10: three runs back to back clear the 55, though the interval is an hour.
+  const purge = startRetentionPurge({
+    sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, batchesPerRun: 2, pauseMs: 1,
+    intervalMs: 3_600_000, firstRunMs: 0, log: log as unknown as Logger,
+  })
+  try {
+    await waitFor(async () => await count(`key like 'backlog-%'`) === 0, () => `the backlog to be purged (runs so far deleted ${deleted.join(', ')})`)
+  } finally {
+    await purge.stop()
+  }
+  expect(deleted).toEqual([20, 20, 15])
 })
 
 test('the server runs the purge in the background and counts it', async () => {
