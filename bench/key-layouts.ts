@@ -4,7 +4,7 @@
  * table level, with a payment's real column values, `concurrency` requests in
  * flight, so a layout can be judged before any engine code is written for it.
  *
- *   bun bench/key-layouts.ts [--keys 4000] [--concurrency 1,4,32]
+ *   bun bench/key-layouts.ts [--keys 4000] [--concurrency 1,4,32] [--vacuum-every 0]
  *
  * Each step is one statement, as the lane sends them: it claims up to
  * ceil(concurrency / 2) new keys (one multi-row INSERT ... ON CONFLICT into
@@ -27,6 +27,10 @@
  *  - `answers apart, trimmed`: the same with the answer keyed by the key's
  *    request id (a uuid, not the key's text), the fingerprint as bytes, the
  *    headers as text and the summary kept only in the processing entry.
+ *
+ * `--vacuum-every N`: a plain VACUUM of the layout's tables after every N
+ * claims, as autovacuum would pass in a service that runs for days (it
+ * records the space pruning freed, which claims then reuse).
  *
  * Counted per completed key: pg_total_relation_size of every table of the
  * layout (heap, TOAST, indexes, maps), as bench/key-bytes.ts counts the
@@ -215,10 +219,15 @@ export interface LayoutBytes {
   readonly byTable: Readonly<Record<string, number>>
 }
 
-async function measure(sql: postgres.Sql, layout: Layout, keys: number, concurrency: number): Promise<LayoutBytes> {
+async function measure(sql: postgres.Sql, layout: Layout, keys: number, concurrency: number, vacuumEvery: number): Promise<LayoutBytes> {
   const batch = Math.max(1, Math.ceil(concurrency / 2))
   let pending: { key: string; lease: string }[] = []
+  let vacuumed = 0
   for (let claimed = 0; claimed < keys || pending.length > 0;) {
+    if (vacuumEvery > 0 && claimed - vacuumed >= vacuumEvery) {
+      await sql.unsafe(`vacuum ${layout.tables.join(', ')}`)
+      vacuumed = claimed
+    }
     const claims = Array.from({ length: Math.min(batch, keys - claimed) }, () => ({
       key: crypto.randomUUID(),
       fingerprint: new Bun.CryptoHasher('sha256').update(crypto.randomUUID()).digest('hex'),
@@ -256,7 +265,7 @@ async function measure(sql: postgres.Sql, layout: Layout, keys: number, concurre
 }
 
 /** Every layout at every concurrency, each on a fresh database of its own. */
-export async function measureLayouts(keys: number, concurrencies: readonly number[]): Promise<LayoutBytes[]> {
+export async function measureLayouts(keys: number, concurrencies: readonly number[], vacuumEvery = 0): Promise<LayoutBytes[]> {
   const base = process.env.DATABASE_URL
   if (!base) throw new Error('DATABASE_URL is not set')
   const admin = postgres(base, { max: 1, onnotice: () => undefined })
@@ -271,7 +280,7 @@ export async function measureLayouts(keys: number, concurrencies: readonly numbe
         try {
           await migrateService(url)
           if (layout.ddl) await sql.unsafe(layout.ddl)
-          results.push(await measure(sql, layout, keys, concurrency))
+          results.push(await measure(sql, layout, keys, concurrency, vacuumEvery))
         } finally {
           await sql.end({ timeout: 1 })
           await admin.unsafe(`drop database if exists "${name}" with (force)`)
@@ -285,8 +294,8 @@ export async function measureLayouts(keys: number, concurrencies: readonly numbe
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({ options: { keys: { type: 'string', default: '4000' }, concurrency: { type: 'string', default: '1,4,32' } } })
-  const results = await measureLayouts(Number(values.keys), values.concurrency.split(',').map(Number))
+  const { values } = parseArgs({ options: { keys: { type: 'string', default: '4000' }, concurrency: { type: 'string', default: '1,4,32' }, 'vacuum-every': { type: 'string', default: '0' } } })
+  const results = await measureLayouts(Number(values.keys), values.concurrency.split(',').map(Number), Number(values['vacuum-every']))
   console.log('| layout | in flight | B per key | heap | indexes | TOAST | FSM+VM | by table | rows/page (first table) | HOT |')
   console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |')
   for (const r of results) {
