@@ -28,6 +28,12 @@ export function processAlive(sql: Sql) {
   return sql`p.heartbeat_at > now() - make_interval(secs => ${PROCESS_ALIVE_SECONDS})`
 }
 
+/** How many processes have a fresh heartbeat: the retention purges share one connection's time among them. */
+export async function liveProcessCount(sql: Sql): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_processes p where ${processAlive(sql)}`
+  return row?.n ?? 0
+}
+
 export interface ProcessHeartbeat {
   /** This process's id: the `owner` of every key it claims. */
   readonly id: string

@@ -1,27 +1,33 @@
 import { DEFAULT_PURGE_INTERVAL_MS } from '../config'
+import { liveProcessCount } from '../core/processes'
 import { purgeExpiredBatch, PURGE_BATCH_SIZE } from '../core/purge'
 import type { Sql } from '../core/types'
 import type { Metrics } from '../metrics/registry'
 import { errorText, type Logger } from '../log'
 
 /**
- * The purge's share of one connection's time, at most, so a backlog never
- * crowds out live traffic: after each full batch it pauses four times as long
- * as that batch took. It clears what the database gives it in that share: more
- * on a quiet node, less where the database is busy, its batches slow and its
- * pauses with them. Measured on a quiet node (BENCHMARKS.md, issue 40, 2.5 M
- * keys, 2,700-2,900 payments/s): a fixed 50 ms pause cleared 3.3-3.4x the
- * ingest, a tenth of the connection 3.9x, a fifth 6.9x (5x clears a backlog
- * while serving) with p99 1.16x the rounds without a purge. Each instance
- * runs its own purge (SKIP LOCKED), so the share is per instance.
+ * The purges' share of one connection's time, at most, so a backlog never
+ * crowds out live traffic: after each full batch a purge pauses four times as
+ * long as that batch took. It clears what the database gives it in that share:
+ * more on a quiet node, less where the database is busy, its batches slow and
+ * its pauses with them. Measured on a quiet node (BENCHMARKS.md, issue 40,
+ * 2.5 M keys, 2,700-2,900 payments/s): a fixed 50 ms pause cleared 3.3-3.4x
+ * the ingest, a tenth of the connection 3.9x, a fifth 6.9x (5x clears a
+ * backlog while serving) with p99 1.16x the rounds without a purge.
+ *
+ * Every server process runs a purge (SKIP LOCKED keeps their batches apart),
+ * and they all delete from the one database, whose ingest does not grow with
+ * the number of processes: so the fifth is shared, each purge taking its part
+ * by the live processes it counts at the start of a run (heartbeats).
  */
 export const PURGE_SHARE = 0.2
 /** Bounds of that pause: a batch of a few rows pauses a little still; one that took seconds does not stop the purge for minutes. */
 export const PURGE_PAUSE_BOUNDS_MS = { min: 2, max: 2_000 } as const
 
-/** The pause after a full batch that took `batchMs`. */
-export function purgePauseMs(batchMs: number): number {
-  const pause = batchMs * (1 - PURGE_SHARE) / PURGE_SHARE
+/** The pause after a full batch that took `batchMs`, for one of `purgers` purges running at once. */
+export function purgePauseMs(batchMs: number, purgers = 1): number {
+  const share = PURGE_SHARE / Math.max(1, purgers)
+  const pause = batchMs * (1 - share) / share
   return Math.min(PURGE_PAUSE_BOUNDS_MS.max, Math.max(PURGE_PAUSE_BOUNDS_MS.min, pause))
 }
 /**
@@ -84,6 +90,9 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
     // Each batch starts where the one before ended (core/purge.ts PurgeOptions.from); a run from the oldest, unless it goes on with a backlog.
     let from = backlog ? backlogFrom : undefined
     backlog = false
+    // The purges share the fifth (PURGE_SHARE) among the live processes. A count that fails leaves this one the
+    // whole of it: the batches below fail the same way if the database is away.
+    const purgers = options.pauseMs === undefined ? await liveProcessCount(options.sql).catch(() => 1) : 1
     for (let batch = 0; !stopped; batch++) {
       if (batch === batchesPerRun) {
         backlog = true
@@ -97,7 +106,7 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
       total += deleted
       if (deleted > 0) options.metrics?.purgedKeys.inc(deleted)
       if (deleted < batchSize) break
-      const pauseMs = options.pauseMs ?? purgePauseMs(batchMs)
+      const pauseMs = options.pauseMs ?? purgePauseMs(batchMs, purgers)
       options.onPause?.(pauseMs, batchMs)
       await Bun.sleep(pauseMs)
     }

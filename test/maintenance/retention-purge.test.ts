@@ -147,6 +147,30 @@ test('after each full batch the purge pauses four times as long as the batch too
   expect(purgePauseMs(5_000)).toBe(PURGE_PAUSE_BOUNDS_MS.max)
 })
 
+test('live processes share the fifth: with three heartbeats each purge pauses fourteen times its batch', async () => {
+  await db.sql`delete from idempotency_keys`
+  await seedDone('shared-', 25, RETENTION + 60)
+  // Three server processes beating, and one gone (its heartbeat a minute old), which does not count.
+  const processes = [0, 0, 0, 60].map((age) => ({ id: crypto.randomUUID(), pid: 1, hostname: 'purge-test', heartbeat_at: secondsBefore(new Date(), age) }))
+  await db.sql`insert into idempotency_processes ${db.sql(processes)}`
+  let tick = 0
+  const pauses: number[] = []
+  const purge = startRetentionPurge({
+    sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, intervalMs: 3_600_000,
+    clock: () => (tick += 3), onPause: (pauseMs) => pauses.push(Math.round(pauseMs * 1000) / 1000),
+  })
+  try {
+    expect(await purge.runOnce()).toBe(25)
+  } finally {
+    await purge.stop()
+    await db.sql`delete from idempotency_processes where hostname = 'purge-test'`
+  }
+  // A fifteenth of a connection each (0.2 / 3): 3 ms of batch, 42 ms of pause; three of them take the fifth together.
+  expect(pauses).toEqual([42, 42])
+  expect(purgePauseMs(3, 3)).toBeCloseTo(42)
+  expect(purgePauseMs(3, 0)).toBeCloseTo(12) // no heartbeat (a purge outside a server): the whole fifth
+})
+
 test('a run that stops at its batch limit with a backlog left is followed by the next at once, not after the interval', async () => {
   await db.sql`delete from idempotency_keys`
   await seedDone('backlog-', 55, RETENTION + 60)
