@@ -18,7 +18,8 @@
  *    - `empty`: on a fresh copy of the migrated, empty database;
  *    - `purge`: on the seeded table, the service's own retention purge running
  *      back to back (PURGE_INTERVAL_MS=100: src/maintenance/retention-purge.ts
- *      in the service's process, batches of 500, each followed by a pause nine times its own time).
+ *      in the service's process, batches of 500, each followed by a pause four times its own time:
+ *      a fifth of a connection, the service being the one live process).
  *    Per round: payments/s, p50, p99, sequential scans on idempotency_keys
  *    (service start to its backends' exit), keys purged, and exactly once for
  *    the round's customer (its payments in the table, its charges at the provider).

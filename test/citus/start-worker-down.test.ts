@@ -10,11 +10,11 @@
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import postgres from 'postgres'
-import { migrateService } from '../../src/store/migrate'
-import { startCitusCluster, type CitusCluster, type CitusDatabase } from '../support/citus'
+import type { CitusCluster, CitusDatabase } from '../support/citus'
 import { chargesAt, startGatedProvider, startServer, type GatedProvider, type ServerProcess } from '../support/server'
 import { exactlyOnceProblems, payUntilAnswered, customerOf, type Attempt } from './support/load'
-import { apiKeyOf, apiKeys, tenantsOn } from './support/tenants'
+import { apiKeyOf, apiKeys } from './support/tenants'
+import { startTwoWorkers } from './support/two-workers'
 
 let cluster: CitusCluster
 let db: CitusDatabase
@@ -26,14 +26,10 @@ let env: Record<string, string>
 const servers: ServerProcess[] = []
 
 beforeAll(async () => {
-  // Connecting to the stopped worker fails at once (refused); the timeout bounds a half-open one.
-  cluster = await startCitusCluster({ workers: 2, settings: { 'citus.node_connection_timeout': '2000' } })
-  db = await cluster.createDatabase('start_worker_down', { shardCount: 8 })
-  await migrateService(db.url)
-  sql = postgres(db.url, { max: 2, onnotice: () => undefined })
-  const placed = await tenantsOn(sql, cluster.workers.map((w) => w.port), 1)
-  downTenant = placed.get(cluster.workers[0]!.port)![0]!
-  upTenant = placed.get(cluster.workers[1]!.port)![0]!
+  let placed: { downTenants: string[]; upTenants: string[] }
+  ;({ cluster, db, sql, ...placed } = await startTwoWorkers('start_worker_down', 1))
+  downTenant = placed.downTenants[0]!
+  upTenant = placed.upTenants[0]!
   provider = await startGatedProvider({ delayMs: 20 })
   env = { API_KEYS: apiKeys([downTenant, upTenant]), IDEMPOTENCY_TTL_SECONDS: '30' }
   // A first start with every node up records the settings.

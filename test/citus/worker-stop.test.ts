@@ -16,15 +16,15 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import postgres from 'postgres'
 import { isCitus } from '../../src/store/citus'
-import { migrateService } from '../../src/store/migrate'
 import { PROCESS_ALIVE_SECONDS } from '../../src/core/processes'
-import { startCitusCluster, type CitusCluster, type CitusDatabase } from '../support/citus'
+import type { CitusCluster, CitusDatabase } from '../support/citus'
 import { payment, postPayment } from '../support/http'
 import { startGatedProvider, startServer, type GatedProvider, type ServerProcess } from '../support/server'
 import { waitFor, waitUntil } from '../support/wait'
 import { freezeNode } from './support/freeze'
 import { exactlyOnceProblems, leftProcessing, runLoad, serverErrors, tally, type Attempt } from './support/load'
-import { apiKeyOf, apiKeys, tenantsOn } from './support/tenants'
+import { apiKeyOf, apiKeys } from './support/tenants'
+import { startTwoWorkers } from './support/two-workers'
 
 /** The fault's length, as the issue sets it. */
 const DOWN_MS = 5_000
@@ -48,14 +48,7 @@ const otherScenario = (...mine: string[]) => (key: string) => !mine.some((prefix
 let seen: { attempts: Attempt[]; stoppedAt: number; restartedAt: number } | undefined
 
 beforeAll(async () => {
-  // Connecting to the stopped worker fails at once (refused); the timeout bounds a half-open one.
-  cluster = await startCitusCluster({ workers: 2, settings: { 'citus.node_connection_timeout': '2000' } })
-  db = await cluster.createDatabase('worker_stop', { shardCount: 8 })
-  await migrateService(db.url)
-  sql = postgres(db.url, { max: 4, onnotice: () => undefined })
-  const placed = await tenantsOn(sql, cluster.workers.map((w) => w.port), 2)
-  downTenants = placed.get(cluster.workers[0]!.port)!
-  upTenants = placed.get(cluster.workers[1]!.port)!
+  ;({ cluster, db, sql, downTenants, upTenants } = await startTwoWorkers('worker_stop', 2))
   provider = await startGatedProvider({ delayMs: 20 })
   const env = { API_KEYS: apiKeys([...downTenants, ...upTenants]) }
   ;[server, other] = await Promise.all([startServer(db.url, env, { provider }), startServer(db.url, env, { provider })])
