@@ -1,5 +1,5 @@
 import { DEFAULT_PURGE_INTERVAL_MS } from '../config'
-import { liveProcessCount } from '../core/processes'
+import { HEARTBEAT_INTERVAL_MS, liveProcessCount } from '../core/processes'
 import { purgeExpiredBatch, PURGE_BATCH_SIZE } from '../core/purge'
 import type { Sql } from '../core/types'
 import type { Metrics } from '../metrics/registry'
@@ -18,7 +18,7 @@ import { errorText, type Logger } from '../log'
  * Every server process runs a purge (SKIP LOCKED keeps their batches apart),
  * and they all delete from the one database, whose ingest does not grow with
  * the number of processes: so the fifth is shared, each purge taking its part
- * by the live processes it counts at the start of a run (heartbeats).
+ * by the live processes it counts (heartbeats, counted again every beat).
  */
 export const PURGE_SHARE = 0.2
 /** Bounds of that pause: a batch of a few rows pauses a little still; one that took seconds does not stop the purge for minutes. */
@@ -47,8 +47,8 @@ export interface RetentionPurgeOptions {
   readonly batchSize?: number | undefined
   /** A fixed pause after each full batch, instead of one that follows the batch's time (purgePauseMs). */
   readonly pauseMs?: number | undefined
-  /** Called with each pause before it is taken (tests see the pacing). */
-  readonly onPause?: ((pauseMs: number, batchMs: number) => void) | undefined
+  /** Called with each pause before it is taken, and awaited (tests see the pacing, and act between batches). */
+  readonly onPause?: ((pauseMs: number, batchMs: number) => void | Promise<void>) | undefined
   /** The clock a batch is timed by (performance.now). */
   readonly clock?: (() => number) | undefined
   readonly log?: Logger | undefined
@@ -84,20 +84,26 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
   /** Where a run that stopped at batchesPerRun ended: the next run goes on from there, at once. */
   let backlogFrom: Date | undefined
   let backlog = false
+  /** The live processes purging beside this one, this one included, and when they were counted (by `clock`). */
+  let purgers = 1
+  let countedAt = -Infinity
 
   async function purgeRun(): Promise<number> {
     let total = 0
     // Each batch starts where the one before ended (core/purge.ts PurgeOptions.from); a run from the oldest, unless it goes on with a backlog.
     let from = backlog ? backlogFrom : undefined
     backlog = false
-    // The purges share the fifth (PURGE_SHARE) among the live processes. A count that fails leaves this one the
-    // whole of it: the batches below fail the same way if the database is away.
-    const purgers = options.pauseMs === undefined ? await liveProcessCount(options.sql).catch(() => 1) : 1
     for (let batch = 0; !stopped; batch++) {
       if (batch === batchesPerRun) {
         backlog = true
         backlogFrom = from
         break
+      }
+      if (options.pauseMs === undefined && clock() - countedAt >= HEARTBEAT_INTERVAL_MS) {
+        // The purges share the fifth (PURGE_SHARE) among the live processes, counted again as often as they beat,
+        // so one that starts or stops during a long run is seen within seconds. A count that fails keeps the last.
+        purgers = await liveProcessCount(options.sql).catch(() => purgers)
+        countedAt = clock()
       }
       const started = clock()
       const { deleted, through } = await purgeExpiredBatch(options.sql, { retentionSeconds: options.retentionSeconds, batchSize, now: options.now?.(), from })
@@ -107,7 +113,7 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
       if (deleted > 0) options.metrics?.purgedKeys.inc(deleted)
       if (deleted < batchSize) break
       const pauseMs = options.pauseMs ?? purgePauseMs(batchMs, purgers)
-      options.onPause?.(pauseMs, batchMs)
+      await options.onPause?.(pauseMs, batchMs)
       await Bun.sleep(pauseMs)
     }
     if (total > 0) options.log?.info(`retention purge: deleted ${total} expired key(s)`, { purged: total })

@@ -133,7 +133,7 @@ test('after each full batch the purge pauses four times as long as the batch too
   const pauses: [number, number][] = []
   const purge = startRetentionPurge({
     sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, intervalMs: 3_600_000,
-    clock: () => (tick += 3), onPause: (pauseMs, batchMs) => pauses.push([Math.round(pauseMs * 1000) / 1000, batchMs]),
+    clock: () => (tick += 3), onPause: (pauseMs, batchMs) => { pauses.push([Math.round(pauseMs * 1000) / 1000, batchMs]) },
   })
   try {
     expect(await purge.runOnce()).toBe(35)
@@ -157,7 +157,7 @@ test('live processes share the fifth: with three heartbeats each purge pauses fo
   const pauses: number[] = []
   const purge = startRetentionPurge({
     sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, intervalMs: 3_600_000,
-    clock: () => (tick += 3), onPause: (pauseMs) => pauses.push(Math.round(pauseMs * 1000) / 1000),
+    clock: () => (tick += 3), onPause: (pauseMs) => { pauses.push(Math.round(pauseMs * 1000) / 1000) },
   })
   try {
     expect(await purge.runOnce()).toBe(25)
@@ -169,6 +169,33 @@ test('live processes share the fifth: with three heartbeats each purge pauses fo
   expect(pauses).toEqual([42, 42])
   expect(purgePauseMs(3, 3)).toBeCloseTo(42)
   expect(purgePauseMs(3, 0)).toBeCloseTo(12) // no heartbeat (a purge outside a server): the whole fifth
+})
+
+test('a process that starts during a run is counted within a heartbeat interval, not at the next run', async () => {
+  await db.sql`delete from idempotency_keys`
+  await seedDone('joined-', 35, RETENTION + 60)
+  let tick = 0
+  const pauses: number[] = []
+  const purge = startRetentionPurge({
+    sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, intervalMs: 3_600_000,
+    clock: () => (tick += 3),
+    onPause: async (pauseMs) => {
+      pauses.push(Math.round(pauseMs * 1000) / 1000)
+      if (pauses.length > 1) return
+      // After the first batch two processes start beating, and a heartbeat's interval passes.
+      const joined = [0, 0].map(() => ({ id: crypto.randomUUID(), pid: 1, hostname: 'purge-test' }))
+      await db.sql`insert into idempotency_processes ${db.sql(joined)}`
+      tick += 2_000
+    },
+  })
+  try {
+    expect(await purge.runOnce()).toBe(35)
+  } finally {
+    await purge.stop()
+    await db.sql`delete from idempotency_processes where hostname = 'purge-test'`
+  }
+  // Alone: 4 x 3 ms. Then two: a tenth each, 9 x 3 ms.
+  expect(pauses).toEqual([12, 27, 27])
 })
 
 test('a run that stops at its batch limit with a backlog left is followed by the next at once, not after the interval', async () => {
