@@ -15,7 +15,7 @@ import type { BenchProvider } from './provider'
 import { BENCH_METRICS_TOKEN, startService } from './service'
 
 /** The service's purge, run back to back (PURGE_INTERVAL_MS's least value), or never in the run. */
-const PURGE_EVERY_MS = '100'
+export const PURGE_EVERY_MS = '100'
 const PURGE_NEVER_MS = '86400000'
 
 export interface RoundSpec {
@@ -32,6 +32,8 @@ export interface RoundSpec {
   readonly retentionSeconds: number
   /** Work started beside the measured seconds (another purge, a candidate's): stop() says how many keys it deleted. */
   readonly beside?: (() => { stop(): Promise<number> }) | undefined
+  /** The checkout whose service runs (another worktree, for an A/B). @default this one */
+  readonly cwd?: string | undefined
 }
 
 export interface ExactlyOnce {
@@ -60,7 +62,7 @@ export async function runDayRound(spec: RoundSpec): Promise<RoundResult> {
     const service = await startService(spec.url, spec.provider.url, {
       PURGE_INTERVAL_MS: spec.purge ? PURGE_EVERY_MS : PURGE_NEVER_MS,
       IDEMPOTENCY_RETENTION_SECONDS: String(spec.retentionSeconds),
-    })
+    }, [], spec.cwd)
     let load: FreshLoad
     let purged = 0
     try {
@@ -171,7 +173,7 @@ export async function expiredKeys(sql: postgres.Sql, retentionSeconds: number): 
   return row?.n ?? 0
 }
 
-async function purgedKeys(serviceUrl: string): Promise<number> {
+export async function purgedKeys(serviceUrl: string): Promise<number> {
   const response = await fetch(`${serviceUrl}/metrics`, { headers: { authorization: `Bearer ${BENCH_METRICS_TOKEN}` } })
   if (response.status !== 200) throw new Error(`/metrics answered ${response.status}`)
   return (await response.text()).split('\n')

@@ -1,0 +1,108 @@
+/**
+ * The retention purge of several server processes on one database: what they
+ * clear together, and what it costs the traffic, while one of them serves
+ * fresh payments at full speed. Interleaved rounds of:
+ *
+ *   - one instance: the serving service, its own purge running back to back;
+ *   - two instances: the same, and a second service process on the same
+ *     database that serves nothing and purges (its heartbeat counts it);
+ *   - with `--before <checkout>`: two instances of that checkout's code (an
+ *     A/B, e.g. a worktree of the commit before a change to the pacing).
+ *
+ *   bun bench/day-purge-instances.ts --database idem_day_xxxx [--before /tmp/worktree] [--rounds 3] [--seconds 8] [--warmup 2] [--retention 600]
+ *
+ * On a database `npm run bench:day -- --keep` left (seeded over a day): the
+ * services run with a retention of `--retention` seconds, so nearly every
+ * seeded key is a backlog, and every round purges from it (2.5 M keys last
+ * about 9 rounds of ~250,000).
+ */
+import { loadavg } from 'node:os'
+import { parseArgs } from 'node:util'
+import { defaultLoadTool } from './day-load'
+import { PURGE_EVERY_MS, purgedKeys, runDayRound, type RoundResult } from './day-rounds'
+import { round2 } from './load'
+import { startProvider } from './provider'
+import { startService, type Service } from './service'
+import { median } from './versus-naive'
+
+const { values } = parseArgs({
+  options: {
+    database: { type: 'string' },
+    before: { type: 'string' },
+    rounds: { type: 'string', default: '3' },
+    seconds: { type: 'string', default: '8' },
+    warmup: { type: 'string', default: '2' },
+    retention: { type: 'string', default: '600' },
+    connections: { type: 'string', default: '32' },
+  },
+})
+if (!values.database) throw new Error('--database idem_day_xxxx: a database bench:day kept (--keep)')
+const base = process.env.DATABASE_URL
+if (!base) throw new Error('DATABASE_URL is not set')
+const url = Object.assign(new URL(base), { pathname: `/${values.database}` }).toString()
+const retentionSeconds = Number(values.retention)
+
+interface Variant {
+  readonly name: string
+  readonly instances: 1 | 2
+  readonly cwd?: string | undefined
+}
+const variants: Variant[] = [
+  { name: 'one instance', instances: 1 },
+  { name: 'two instances', instances: 2 },
+  ...(values.before ? [{ name: `two instances, ${values.before}`, instances: 2 as const, cwd: values.before }] : []),
+]
+
+const provider = await startProvider(0)
+const results = new Map<string, RoundResult[]>(variants.map((v) => [v.name, []]))
+try {
+  for (let round = 0; round < Number(values.rounds); round++) {
+    const order = round % 2 === 0 ? variants : [...variants].reverse()
+    for (const variant of order) {
+      // The second process: same database, same retention, its purge back to back, no traffic.
+      let second: Service | undefined
+      if (variant.instances === 2) {
+        second = await startService(url, provider.url, { PURGE_INTERVAL_MS: PURGE_EVERY_MS, IDEMPOTENCY_RETENTION_SECONDS: String(retentionSeconds) }, [], variant.cwd)
+      }
+      try {
+        const result = await runDayRound({
+          url, provider, tool: defaultLoadTool(), connections: Number(values.connections),
+          warmupSeconds: Number(values.warmup), seconds: Number(values.seconds),
+          tag: `inst${round}${variant.instances}${variant.cwd ? 'b' : ''}${Date.now() % 100_000}`, purge: true, retentionSeconds, cwd: variant.cwd,
+          // The second stops with the measured seconds: the round then waits for every backend on the database to leave.
+          beside: second && (() => {
+            const before = purgedKeys(second!.url)
+            return {
+              stop: async () => {
+                const purged = (await purgedKeys(second!.url)) - await before
+                const stopping = second!.stop()
+                second = undefined
+                await stopping
+                return purged
+              },
+            }
+          }),
+        })
+        results.get(variant.name)!.push(result)
+        console.error(`round ${round + 1}, ${variant.name}: ${Math.round(result.load.rps)} payments/s, p99 ${result.load.p99} ms, `
+          + `purged ${result.purgedPerSecond}/s, ${result.expiredLeft} left, exactly once ${result.exactlyOnce.ok}, load ${loadavg()[0]!.toFixed(2)}`)
+      } finally {
+        await second?.stop()
+      }
+    }
+  }
+} finally {
+  await provider.stop()
+}
+
+console.log('| instances | payments/s | p99 ms | keys purged/s, all processes | purged / ingest | rounds (purged/s) | exactly once |')
+console.log('| --- | --- | --- | --- | --- | --- | --- |')
+for (const variant of variants) {
+  const rounds = results.get(variant.name)!
+  const rps = median(rounds.map((r) => r.load.rps))
+  const purged = median(rounds.map((r) => r.purgedPerSecond))
+  const once = rounds.every((r) => r.exactlyOnce.ok)
+  console.log(`| ${variant.name} | ${Math.round(rps)} | ${median(rounds.map((r) => r.load.p99))} | ${Math.round(purged)} | ${round2(purged / rps)}× `
+    + `| ${rounds.map((r) => r.purgedPerSecond).join(', ')} | ${once ? 'holds' : 'BROKEN'} (${rounds.reduce((s, r) => s + r.exactlyOnce.payments, 0)} payments, ${rounds.reduce((s, r) => s + r.exactlyOnce.charges, 0)} charges) |`)
+}
+console.log(`\nload average after: ${loadavg().map((l) => l.toFixed(2)).join(' ')}`)
