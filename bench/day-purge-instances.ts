@@ -4,8 +4,10 @@
  * fresh payments at full speed. Interleaved rounds of:
  *
  *   - one instance: the serving service, its own purge running back to back;
- *   - two instances: the same, and a second service process on the same
- *     database that serves nothing and purges (its heartbeat counts it);
+ *   - two instances, the second not purging: the same, and a second service
+ *     process on the same database that serves nothing and does not purge
+ *     (what a process costs the other by living: heartbeats, probes);
+ *   - two instances: the second purges too (its heartbeat counts it);
  *   - with `--before <checkout>`: two instances of that checkout's code (an
  *     A/B, e.g. a worktree of the commit before a change to the pacing).
  *
@@ -13,8 +15,8 @@
  *
  * On a database `npm run bench:day -- --keep` left (seeded over a day): the
  * services run with a retention of `--retention` seconds, so nearly every
- * seeded key is a backlog, and every round purges from it (2.5 M keys last
- * about 9 rounds of ~250,000).
+ * seeded key is a backlog, and every round purges from it (`--keys 6000000
+ * --expired 0.5`: 9 rounds of 2 + 8 s took 2 M of them; 2.5 M ran out).
  */
 import { loadavg } from 'node:os'
 import { parseArgs } from 'node:util'
@@ -45,10 +47,13 @@ const retentionSeconds = Number(values.retention)
 interface Variant {
   readonly name: string
   readonly instances: 1 | 2
+  /** The second process's purge runs (else it only lives: heartbeats, probes). @default true */
+  readonly secondPurges?: boolean
   readonly cwd?: string | undefined
 }
 const variants: Variant[] = [
   { name: 'one instance', instances: 1 },
+  { name: 'two instances, the second not purging', instances: 2, secondPurges: false },
   { name: 'two instances', instances: 2 },
   ...(values.before ? [{ name: `two instances, ${values.before}`, instances: 2 as const, cwd: values.before }] : []),
 ]
@@ -62,13 +67,14 @@ try {
       // The second process: same database, same retention, its purge back to back, no traffic.
       let second: Service | undefined
       if (variant.instances === 2) {
-        second = await startService(url, provider.url, { PURGE_INTERVAL_MS: PURGE_EVERY_MS, IDEMPOTENCY_RETENTION_SECONDS: String(retentionSeconds) }, [], variant.cwd)
+        const purgeEvery = variant.secondPurges === false ? String(86_400_000) : PURGE_EVERY_MS
+        second = await startService(url, provider.url, { PURGE_INTERVAL_MS: purgeEvery, IDEMPOTENCY_RETENTION_SECONDS: String(retentionSeconds) }, [], variant.cwd)
       }
       try {
         const result = await runDayRound({
           url, provider, tool: defaultLoadTool(), connections: Number(values.connections),
           warmupSeconds: Number(values.warmup), seconds: Number(values.seconds),
-          tag: `inst${round}${variant.instances}${variant.cwd ? 'b' : ''}${Date.now() % 100_000}`, purge: true, retentionSeconds, cwd: variant.cwd,
+          tag: `inst${round}${variant.instances}${variant.secondPurges === false ? 'n' : ''}${variant.cwd ? 'b' : ''}${Date.now() % 100_000}`, purge: true, retentionSeconds, cwd: variant.cwd,
           // The second stops with the measured seconds: the round then waits for every backend on the database to leave.
           beside: second && (() => {
             const before = purgedKeys(second!.url)

@@ -35,7 +35,7 @@
  * Counted per completed key: pg_total_relation_size of every table of the
  * layout (heap, TOAST, indexes, maps), as bench/key-bytes.ts counts the
  * service's; the `as migrated` row is checked against that tool (the service
- * itself, same keys and concurrency) in docs/scaling.md.
+ * itself, same keys and concurrency) in docs/explanation/scaling.md.
  */
 import { parseArgs } from 'node:util'
 import postgres from 'postgres'
