@@ -80,6 +80,7 @@ try {
             const before = purgedKeys(second!.url)
             return {
               stop: async () => {
+                // Read before stopping it: a drain takes seconds, while the serving process's purge goes on.
                 const purged = (await purgedKeys(second!.url)) - await before
                 const stopping = second!.stop()
                 second = undefined

@@ -69,13 +69,16 @@ export async function runDayRound(spec: RoundSpec): Promise<RoundResult> {
       const options = { url: service.url, connections: spec.connections, customer }
       if (spec.warmupSeconds > 0) await freshLoad(spec.tool, { ...options, seconds: spec.warmupSeconds, prefix: `${spec.tag}-w-` })
       const purgedBefore = await purgedKeys(service.url)
+      let purgedAfter = purgedBefore
       const beside = spec.beside?.()
       try {
         load = await freshLoad(spec.tool, { ...options, seconds: spec.seconds, prefix: `${spec.tag}-f-` })
+        // Read as the measured seconds end: stopping what ran beside can take seconds, while this purge goes on.
+        purgedAfter = await purgedKeys(service.url)
       } finally {
         purged = (await beside?.stop()) ?? 0
       }
-      purged += (await purgedKeys(service.url)) - purgedBefore
+      purged += purgedAfter - purgedBefore
     } finally {
       await service.stop()
     }

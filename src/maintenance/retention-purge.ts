@@ -18,7 +18,10 @@ import { errorText, type Logger } from '../log'
  * Every server process runs a purge (SKIP LOCKED keeps their batches apart),
  * and they all delete from the one database, whose ingest does not grow with
  * the number of processes: so the fifth is shared, each purge taking its part
- * by the live processes it counts (heartbeats, counted again every beat).
+ * by the live processes it counts (heartbeats, counted again every beat). Two
+ * instances measured: 1.17x the payments/s of a fifth each, 6.4x the ingest
+ * cleared. A process that beats and does not purge (an app on the plugin on
+ * the same database) takes a part it leaves unused.
  */
 export const PURGE_SHARE = 0.2
 /** Bounds of that pause: a batch of a few rows pauses a little still; one that took seconds does not stop the purge for minutes. */
