@@ -59,15 +59,14 @@ interface Layout {
 const claimInput = `jsonb_to_recordset($1::text::jsonb) as i(key text, fingerprint text, lease bigint, summary jsonb, http_request_id text)`
 const completeInput = `jsonb_to_recordset($2::text::jsonb) as c(key text, lease bigint, headers jsonb, body text)`
 
-const LAYOUTS: readonly Layout[] = [
-  {
-    name: 'as migrated',
-    ddl: '',
-    tables: ['idempotency_keys', 'idempotency_processing'],
-    step: `
+/**
+ * The landed statements (an UPDATE of the key's row at completion), with what
+ * the claim writes as the fingerprint and what the completion sets besides.
+ */
+const updatedRowStep = (fingerprint: string, completed: string) => `
       with claimed as (
         insert into idempotency_keys as k (tenant, key, method, path, fingerprint, status, lease, summary, http_request_id, created_at, locked_at, stale_at)
-        select 'acme', i.key, 'POST', '/api/payments', i.fingerprint, 'processing', i.lease, i.summary, i.http_request_id, now(), now(), now() + interval '30 s'
+        select 'acme', i.key, 'POST', '/api/payments', ${fingerprint}, 'processing', i.lease, i.summary, i.http_request_id, now(), now(), now() + interval '30 s'
           from ${claimInput}
         on conflict (tenant, key) do nothing
         returning k.tenant, k.key, k.stale_at, k.locked_at
@@ -78,13 +77,20 @@ const LAYOUTS: readonly Layout[] = [
       done as (
         update idempotency_keys k
            set status = 'done', completed_at = clock_timestamp(), owner = null, stale_at = null,
-               response_status = 201, response_headers = c.headers, response_body = c.body
+               response_status = 201, response_body = c.body, ${completed}
           from input c
          where k.tenant = 'acme' and k.key = c.key and k.lease = c.lease and k.status = 'processing'
         returning k.key
       )
       delete from idempotency_processing pr using done d join before b on b.key = d.key
-       where pr.stale_at = b.stale_at and pr.tenant = 'acme' and pr.key = d.key`,
+       where pr.stale_at = b.stale_at and pr.tenant = 'acme' and pr.key = d.key`
+
+const LAYOUTS: readonly Layout[] = [
+  {
+    name: 'as migrated',
+    ddl: '',
+    tables: ['idempotency_keys', 'idempotency_processing'],
+    step: updatedRowStep('i.fingerprint', 'response_headers = c.headers'),
   },
   {
     name: 'as migrated, smaller row',
@@ -95,27 +101,7 @@ const LAYOUTS: readonly Layout[] = [
       alter table idempotency_keys alter fingerprint type bytea using decode(fingerprint, 'hex');
       alter table idempotency_keys alter response_headers type text;`,
     tables: ['idempotency_keys', 'idempotency_processing'],
-    step: `
-      with claimed as (
-        insert into idempotency_keys as k (tenant, key, method, path, fingerprint, status, lease, summary, http_request_id, created_at, locked_at, stale_at)
-        select 'acme', i.key, 'POST', '/api/payments', decode(i.fingerprint, 'hex'), 'processing', i.lease, i.summary, i.http_request_id, now(), now(), now() + interval '30 s'
-          from ${claimInput}
-        on conflict (tenant, key) do nothing
-        returning k.tenant, k.key, k.stale_at, k.locked_at
-      ), listed as (
-        insert into idempotency_processing (stale_at, tenant, key, locked_at) select stale_at, tenant, key, locked_at from claimed
-      ), input as (select * from ${completeInput}),
-      before as (select k.key, k.stale_at from input c join idempotency_keys k on k.tenant = 'acme' and k.key = c.key),
-      done as (
-        update idempotency_keys k
-           set status = 'done', completed_at = clock_timestamp(), owner = null, stale_at = null,
-               response_status = 201, response_headers = c.headers::text, response_body = c.body, summary = null
-          from input c
-         where k.tenant = 'acme' and k.key = c.key and k.lease = c.lease and k.status = 'processing'
-        returning k.key
-      )
-      delete from idempotency_processing pr using done d join before b on b.key = d.key
-       where pr.stale_at = b.stale_at and pr.tenant = 'acme' and pr.key = d.key`,
+    step: updatedRowStep(`decode(i.fingerprint, 'hex')`, 'response_headers = c.headers::text, summary = null'),
   },
   {
     name: 'answers apart',
