@@ -1,7 +1,8 @@
 /**
- * `bun bench/profile.ts <kind> [seconds] [connections]`: one kind alone
- * against the instant provider, profiled, so a profile shows that kind's
- * costs and nothing else's. Kinds: fresh, replay (the yardstick is an app
+ * `bun bench/profile.ts <kind> [seconds] [connections] [provider ms]`: one
+ * kind alone, profiled, so a profile shows that kind's costs and nothing
+ * else's. The provider answers at once unless given its delay (200 for the
+ * bench's slow cell, at 256 connections). Kinds: fresh, replay (the yardstick is an app
  * of its own, bench/naive-app.ts: profile it with `bun --cpu-prof-md`).
  *
  * - The service runs with Bun's sampling profiler (`--cpu-prof-md`, the
@@ -20,7 +21,7 @@ import { mkdirSync } from 'node:fs'
 import postgres from 'postgres'
 import { measureCpu } from './cpu'
 import { freshDatabase } from './database'
-import { runLoad } from './load'
+import { percentile, round2, runLoad } from './load'
 import { readStatements, resetStatements } from './pg-statements'
 import { startProvider } from './provider'
 import { paymentBody } from './round-trips'
@@ -29,9 +30,10 @@ import { BENCH_API_KEY, startService } from './service'
 const KINDS = ['fresh', 'replay'] as const
 type Kind = (typeof KINDS)[number]
 const kind = process.argv[2] as Kind
-if (!KINDS.includes(kind)) throw new Error(`usage: bun bench/profile.ts <${KINDS.join('|')}> [seconds=10] [connections=32]`)
+if (!KINDS.includes(kind)) throw new Error(`usage: bun bench/profile.ts <${KINDS.join('|')}> [seconds=10] [connections=32] [provider ms=0]`)
 const seconds = Number(process.argv[3] ?? 10)
 const connections = Number(process.argv[4] ?? 32)
+const providerMs = Number(process.argv[5] ?? 0)
 const DIR = '.data/bench-profile'
 /** Completed keys the replays cycle through, made before the measured seconds. */
 const REPLAY_KEYS = 2_000
@@ -46,7 +48,7 @@ const request = (prefix: string, modulo?: number) => (n: number) => {
 mkdirSync(DIR, { recursive: true })
 const db = await freshDatabase((line) => console.error(line))
 const sql = postgres(db.url, { max: 2, onnotice: () => undefined })
-const provider = await startProvider(0)
+const provider = await startProvider(providerMs)
 const profiler = process.env.BENCH_PROFILE_FORMAT === 'cpuprofile' ? ['--cpu-prof'] : ['--cpu-prof-md']
 const service = await startService(db.url, provider.url, {}, [...profiler, `--cpu-prof-dir=${DIR}`, `--cpu-prof-name=${kind}-${Date.now()}.${profiler[0] === '--cpu-prof' ? 'cpuprofile' : 'md'}`])
 try {
@@ -65,7 +67,7 @@ try {
     await perf.exited
   }
   const per = (us: number) => Math.round(us / Math.max(1, result.requests))
-  console.log(`${kind}: ${Math.round(result.rps)}/s at ${connections} connections for ${seconds} s (${JSON.stringify(result.byStatus)})`)
+  console.log(`${kind}: ${Math.round(result.rps)}/s at ${connections} connections for ${seconds} s, provider ${providerMs} ms, p50 ${round2(percentile(result.latencies.get(201) ?? [], 50))} ms (${JSON.stringify(result.byStatus)})`)
   console.log(`CPU µs per answer: service ${per(cpu.serviceUs)}, PostgreSQL ${per(cpu.postgresUs)}, provider ${per(cpu.providerUs)}, load generator ${per(cpu.loadGeneratorUs)}; machine ${Math.round(cpu.machineBusyShare * 100)}% busy, others ${Math.round(cpu.othersUs / 1e4 / cpu.seconds) / 100} CPUs`)
   if (perf) console.log(`perf: ${DIR}/perf-${kind}.data (perf report -i ${DIR}/perf-${kind}.data --no-children)`)
   if (statements.ok) {
