@@ -97,7 +97,7 @@ const LAYOUTS: readonly Layout[] = [
     // The same statements on a row that carries less: the fingerprint as 32 bytes, the headers as text,
     // the summary dropped at completion (an operator's view of a request in flight, the answer has it then).
     ddl: `
-      alter table idempotency_keys drop constraint idempotency_keys_fingerprint_check;
+      alter table idempotency_keys drop constraint idempotency_keys_fingerprint_hex;
       alter table idempotency_keys alter fingerprint type bytea using decode(fingerprint, 'hex');
       alter table idempotency_keys alter response_headers type text;`,
     tables: ['idempotency_keys', 'idempotency_processing'],

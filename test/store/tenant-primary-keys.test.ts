@@ -12,7 +12,7 @@ import { cpSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import postgres from 'postgres'
-import { ENGINE_MIGRATIONS, migrate, migrateService, SERVICE_MIGRATIONS, statementsOf, type MigrationLine } from '../../src/store/migrate'
+import { ENGINE_MIGRATIONS, knownVersions, migrate, migrateService, SERVICE_MIGRATIONS, statementsOf, type MigrationLine } from '../../src/store/migrate'
 
 const base = process.env.DATABASE_URL!
 const made: string[] = []
@@ -71,7 +71,9 @@ test('the release before\'s database, with rows, upgraded by four migrators at o
 
   // Waiting inside pg_advisory_lock() held a snapshot that the index built CONCURRENTLY waited for: 40P01.
   const results = await Promise.all([1, 2, 3, 4].map(() => migrateService(url)))
-  expect(results.map((result) => result.applied).sort()).toEqual([0, 0, 0, 4])
+  // One migrator applies every file after the release before's (engine 10, service 5); the others find none left.
+  const known = knownVersions([ENGINE_MIGRATIONS, SERVICE_MIGRATIONS])
+  expect(results.map((result) => result.applied).sort()).toEqual([0, 0, 0, known.engine! - 10 + known.service! - 5])
   expect(await primaryKeys(sql)).toEqual({ payments: 'PRIMARY KEY (tenant, id)', idempotency_audit: 'PRIMARY KEY (tenant, id)' })
   const [counts] = await sql<{ payments: number; audit: number; unnamed: number }[]>`
     select (select count(*) from payments)::int as payments, (select count(*) from idempotency_audit)::int as audit,
