@@ -7,11 +7,12 @@
  *   - landed: batches of 500 from where the last one ended, each full one followed by a
  *     pause four times its time (a fifth of a connection: retention-purge.ts purgePauseMs);
  *   - the same pacing with batches of 200 and of 100: shorter stalls beside the
- *     requests, at more statements per key.
+ *     requests, at more statements per key;
+ *   - the landed purge with its session's WAL page images compressed (lz4).
  * (The variants of earlier questions, a fixed 50 ms pause and batches of 2,000, are in
  * BENCHMARKS.md with their figures.)
  *
- *   bun bench/day-purge-variants.ts --database idem_day_xxxx [--rounds 3] [--seconds 10] [--warmup 3] [--load wrk] [--purge-retention 43200]
+ *   bun bench/day-purge-variants.ts --database idem_day_xxxx [--rounds 3] [--seconds 10] [--warmup 3] [--load wrk] [--purge-retention 43200] [--variants 1,4]
  *
  * On a database the day-of-traffic bench kept (`--keep`): it deletes keys
  * older than `--purge-retention` (12 h: a backlog for every round; the
@@ -39,6 +40,8 @@ interface Variant {
   readonly pauseMs: (ms: number) => number
   /** Each batch starts where the last one stopped (created_at), not at the head of the index. */
   readonly cursor?: boolean
+  /** The purge's session compresses the page images its WAL carries (`wal_compression`, a superuser's setting). */
+  readonly walCompression?: string
 }
 
 const VARIANTS: readonly (Variant | undefined)[] = [
@@ -46,6 +49,7 @@ const VARIANTS: readonly (Variant | undefined)[] = [
   { name: 'landed: 500, a fifth', batchSize: 500, pauseMs: (ms) => purgePauseMs(ms), cursor: true },
   { name: '200, a fifth', batchSize: 200, pauseMs: (ms) => purgePauseMs(ms), cursor: true },
   { name: '100, a fifth', batchSize: 100, pauseMs: (ms) => purgePauseMs(ms), cursor: true },
+  { name: '500, a fifth, its WAL\'s page images compressed (lz4)', batchSize: 500, pauseMs: (ms) => purgePauseMs(ms), cursor: true, walCompression: 'lz4' },
 ]
 
 /**
@@ -75,7 +79,7 @@ async function purgeFrom(sql: postgres.Sql, retentionSeconds: number, batchSize:
 /** The retention purge's loop (retention-purge.ts purgeRun), its batch and pause given, until stopped. */
 function loopPurge(url: string, variant: Variant): () => { stop(): Promise<number> } {
   return () => {
-    const sql = postgres(url, { max: 1, onnotice: () => undefined })
+    const sql = postgres(url, { max: 1, onnotice: () => undefined, ...(variant.walCompression ? { connection: { wal_compression: variant.walCompression } } : {}) })
     let stopped = false
     let deleted = 0
     let from: Date | null = null
@@ -120,6 +124,8 @@ const { values } = parseArgs({
     load: { type: 'string' },
     /** The purge's retention (the service keeps its day): shorter, so the backlog lasts every round. */
     'purge-retention': { type: 'string', default: '43200' },
+    /** The variants to run besides none, by their position in VARIANTS (1-based), e.g. `1,4`. @default all */
+    variants: { type: 'string' },
   },
 })
 const purgeRetention = Number(values['purge-retention'])
@@ -128,11 +134,12 @@ if (!base || !values.database) throw new Error('needs DATABASE_URL and --databas
 const url = Object.assign(new URL(base), { pathname: `/${values.database}` }).toString()
 const tool = (values.load ?? defaultLoadTool()) as LoadTool
 const provider = await startProvider(0)
-const results = new Map<string, RoundResult[]>(VARIANTS.map((v) => [v?.name ?? 'none', []]))
+const chosen = values.variants ? [undefined, ...values.variants.split(',').map((n) => VARIANTS[Number(n)] ?? (() => { throw new Error(`no variant ${n}`) })())] : VARIANTS
+const results = new Map<string, RoundResult[]>(chosen.map((v) => [v?.name ?? 'none', []]))
 const admin = postgres(base, { max: 1, onnotice: () => undefined })
 try {
   for (let round = 1; round <= Number(values.rounds); round++) {
-    for (const variant of round % 2 === 1 ? VARIANTS : [...VARIANTS].reverse()) {
+    for (const variant of round % 2 === 1 ? chosen : [...chosen].reverse()) {
       await admin`checkpoint`
       const name = variant?.name ?? 'none'
       const result = await runDayRound({
