@@ -5,30 +5,22 @@
  * release before that has rows, while that release goes on claiming.
  */
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { cpSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import postgres from 'postgres'
-import { ENGINE_MIGRATIONS, migrate, type MigrationLine } from '../../src/store/migrate'
+import { ENGINE_MIGRATIONS, migrate } from '../../src/store/migrate'
+import { releaseBefore } from '../support/release-before'
 
 const base = process.env.DATABASE_URL!
 const name = `idem_key_checks_${crypto.randomUUID().slice(0, 8)}`
 const url = Object.assign(new URL(base), { pathname: `/${name}` }).toString()
-const dir = mkdtempSync(join(tmpdir(), 'idem-engine-13-'))
+const engine13 = releaseBefore()
 let sql: postgres.Sql
-
-/** The engine's line as the release before had it: its first 13 files. */
-function engineUpTo13(): MigrationLine {
-  for (const file of readdirSync(ENGINE_MIGRATIONS.dir).filter((file) => Number(file.slice(0, 5)) <= 13)) cpSync(join(ENGINE_MIGRATIONS.dir, file), join(dir, file))
-  return { ...ENGINE_MIGRATIONS, dir }
-}
 
 beforeAll(async () => {
   const admin = postgres(base, { max: 1, onnotice: () => undefined })
   await admin.unsafe(`create database "${name}"`)
   await admin.end()
   sql = postgres(url, { max: 2, onnotice: () => undefined })
-  await migrate(url, { lines: [engineUpTo13()] })
+  await migrate(url, { lines: [engine13.lineUpTo(ENGINE_MIGRATIONS, 13)] })
 })
 
 afterAll(async () => {
@@ -36,7 +28,7 @@ afterAll(async () => {
   const admin = postgres(base, { max: 1, onnotice: () => undefined })
   await admin.unsafe(`drop database if exists "${name}" with (force)`)
   await admin.end()
-  rmSync(dir, { recursive: true, force: true })
+  engine13.remove()
 })
 
 const HEX64 = 'a'.repeat(64)

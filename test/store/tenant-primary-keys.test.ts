@@ -8,23 +8,21 @@
  * audit entries without a tenant.
  */
 import { afterAll, expect, test } from 'bun:test'
-import { cpSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import postgres from 'postgres'
-import { ENGINE_MIGRATIONS, knownVersions, migrate, migrateService, SERVICE_MIGRATIONS, statementsOf, type MigrationLine } from '../../src/store/migrate'
+import { ENGINE_MIGRATIONS, knownVersions, migrate, migrateService, SERVICE_MIGRATIONS, statementsOf } from '../../src/store/migrate'
+import { releaseBefore } from '../support/release-before'
 
 const base = process.env.DATABASE_URL!
 const made: string[] = []
 const connections: postgres.Sql[] = []
-const dirs: string[] = []
+const { lineUpTo, remove } = releaseBefore()
 
 afterAll(async () => {
   await Promise.all(connections.map((sql) => sql.end({ timeout: 1 })))
   const admin = postgres(base, { max: 2, onnotice: () => undefined })
   await Promise.all(made.map((name) => admin.unsafe(`drop database if exists "${name}" with (force)`)))
   await admin.end()
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
+  remove()
 }, 30_000)
 
 async function emptyDatabase(label: string): Promise<{ url: string; sql: postgres.Sql }> {
@@ -38,14 +36,6 @@ async function emptyDatabase(label: string): Promise<{ url: string; sql: postgre
   const sql = postgres(url.toString(), { max: 2, onnotice: () => undefined })
   connections.push(sql)
   return { url: url.toString(), sql }
-}
-
-/** The line as the release before had it: its first `upTo` files. */
-function lineUpTo(line: MigrationLine, upTo: number): MigrationLine {
-  const dir = mkdtempSync(join(tmpdir(), `idem-${line.name}-`))
-  dirs.push(dir)
-  for (const file of readdirSync(line.dir).filter((name) => Number(name.slice(0, 5)) <= upTo)) cpSync(join(line.dir, file), join(dir, file))
-  return { ...line, dir }
 }
 
 const primaryKeys = async (sql: postgres.Sql) => Object.fromEntries((await sql<{ table: string; definition: string }[]>`
