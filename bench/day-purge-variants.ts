@@ -134,7 +134,16 @@ if (!base || !values.database) throw new Error('needs DATABASE_URL and --databas
 const url = Object.assign(new URL(base), { pathname: `/${values.database}` }).toString()
 const tool = (values.load ?? defaultLoadTool()) as LoadTool
 const provider = await startProvider(0)
-const chosen = values.variants ? [undefined, ...values.variants.split(',').map((n) => VARIANTS[Number(n)] ?? (() => { throw new Error(`no variant ${n}`) })())] : VARIANTS
+/** `none` and the variants `--variants` names by position (all without it). */
+function chosenVariants(list: string | undefined): readonly (Variant | undefined)[] {
+  if (!list) return VARIANTS
+  return [undefined, ...list.split(',').map((n) => {
+    const variant = VARIANTS[Number(n)]
+    if (!variant) throw new Error(`no variant ${n} (1 to ${VARIANTS.length - 1})`)
+    return variant
+  })]
+}
+const chosen = chosenVariants(values.variants)
 const results = new Map<string, RoundResult[]>(chosen.map((v) => [v?.name ?? 'none', []]))
 const admin = postgres(base, { max: 1, onnotice: () => undefined })
 try {
