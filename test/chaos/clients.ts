@@ -49,6 +49,8 @@ export async function payUntilAnswered(key: string, body: PaymentBody, options: 
         retryAfter: response.headers.get('retry-after'),
         ms: performance.now() - started,
         ...(ok ? { paymentId: (JSON.parse(text) as { id: string }).id } : {}),
+        // A 5xx's problem, so a test that counts them can say which they were.
+        ...(response.status >= 500 ? { error: text.slice(0, 300) } : {}),
       })
       if (ok) return attempts
     } catch (error) {

@@ -84,6 +84,7 @@ test('a 12-second loop of pg_terminate_backend under load: ≤ 1 % 5xx, one paym
     .filter((line) => line.startsWith('idempotency_statement_retries_total{') && !line.endsWith(' 0'))
   console.log(`[terminate-loop] ${results.size} keys, ${answers.length} answers ${JSON.stringify(tally)}; ${terminated} backends terminated in ${rounds} rounds; retries:\n  ${retries.join('\n  ')}`)
 
+  for (const a of answers) if (typeof a.status === 'number' && a.status >= 500) console.log(`  ${a.status} after ${Math.round(a.ms)} ms: ${a.error}`)
   expect(service.alive()).toBe(true)
   expect(terminated).toBeGreaterThan(rounds) // the loop did kill, and more than one backend a round
   expect(retries.length).toBeGreaterThan(0)
