@@ -4,7 +4,7 @@
  * table level, with a payment's real column values, `concurrency` requests in
  * flight, so a layout can be judged before any engine code is written for it.
  *
- *   bun bench/key-layouts.ts [--keys 4000] [--concurrency 1,4,32] [--vacuum-every 0]
+ *   bun bench/key-layouts.ts [--keys 4000] [--concurrency 1,4,32] [--vacuum-every 0] [--layout <name>]
  *
  * Each step is one statement, as the lane sends them: it claims up to
  * ceil(concurrency / 2) new keys (one multi-row INSERT ... ON CONFLICT into
@@ -27,6 +27,11 @@
  *  - `answers apart, trimmed`: the same with the answer keyed by the key's
  *    request id (a uuid, not the key's text), the fingerprint as bytes, the
  *    headers as text and the summary kept only in the processing entry.
+ *  - `answers apart, lean`: trimmed, with the lease, its owner and time and
+ *    the HTTP request's id kept only in the processing entry too, the
+ *    headers without the route's constant content-type, a block-range (BRIN)
+ *    index of the answers by completion time (the purge's), and the list
+ *    filled to 100 %.
  *
  * `--vacuum-every N`: a plain VACUUM of the layout's tables after every N
  * claims, as autovacuum would pass in a service that runs for days (it
@@ -84,6 +89,21 @@ const updatedRowStep = (fingerprint: string, completed: string) => `
       )
       delete from idempotency_processing pr using done d join before b on b.key = d.key
        where pr.stale_at = b.stale_at and pr.tenant = 'acme' and pr.key = d.key`
+
+/**
+ * The completion of the layouts whose answer is keyed by the key's request id:
+ * the entry deleted under its lease (the fence), the answer inserted for the
+ * entries deleted, with `headers` (a jsonb expression of the input `c`) as text.
+ */
+const answerByRequestId = (headers: string) => `input as (select * from ${completeInput}),
+      done as (
+        delete from layout_processing pr using input c
+         where pr.tenant = 'acme' and pr.key = c.key and pr.lease = c.lease
+        returning pr.key
+      )
+      insert into layout_answers (request_id, completed_at, response_status, response_headers, response_body)
+      select k.request_id, clock_timestamp(), 201, (${headers})::text, c.body
+        from input c join done d on d.key = c.key join layout_keys k on k.tenant = 'acme' and k.key = c.key`
 
 const LAYOUTS: readonly Layout[] = [
   {
@@ -177,15 +197,47 @@ const LAYOUTS: readonly Layout[] = [
         insert into layout_processing (stale_at, tenant, key, lease, locked_at, summary)
         select c.locked_at + interval '30 s', c.tenant, c.key, c.lease, c.locked_at, i.summary
           from claimed c join ${claimInput} on i.key = c.key
-      ), input as (select * from ${completeInput}),
-      done as (
-        delete from layout_processing pr using input c
-         where pr.tenant = 'acme' and pr.key = c.key and pr.lease = c.lease
-        returning pr.key
-      )
-      insert into layout_answers (request_id, completed_at, response_status, response_headers, response_body)
-      select k.request_id, clock_timestamp(), 201, c.headers::text, c.body
-        from input c join done d on d.key = c.key join layout_keys k on k.tenant = 'acme' and k.key = c.key`,
+      ), ${answerByRequestId('c.headers')}`,
+  },
+  {
+    name: 'answers apart, lean',
+    // The trimmed layout with all that belongs to the key's time in flight (its lease, owner, lease time,
+    // summary and HTTP request's id) in its processing entry alone, the answer's headers without the
+    // route's constant content-type (the route would add it back), and the answers' completion time indexed
+    // by block range (BRIN: answers are written in completion order, so the purge's oldest are the first blocks).
+    // The list full (fillfactor 100): an entry is inserted and deleted, never updated by a completion, and a
+    // page's deleted entries are pruned for the next inserts; the engine's list is at 25 % to stay past the
+    // planner's crossover (sql/engine/00010), which this layout's deletes would have to do without.
+    ddl: `
+      create table layout_keys (
+        tenant text not null, key text not null, method text not null, path text not null, fingerprint bytea not null,
+        attempts integer not null default 1, created_at timestamptz not null default now(),
+        request_id uuid not null default gen_random_uuid(), released_at timestamptz, release_reason text,
+        primary key (tenant, key)
+      );
+      create table layout_processing (
+        stale_at timestamptz not null, tenant text not null, key text not null, lease bigint not null, locked_at timestamptz not null,
+        owner uuid, summary jsonb, http_request_id text,
+        primary key (stale_at, tenant, key)
+      ) with (fillfactor = 100);
+      create table layout_answers (
+        request_id uuid primary key, completed_at timestamptz not null,
+        response_status smallint not null, response_headers text, response_body text not null
+      );
+      create index on layout_answers using brin (completed_at);`,
+    tables: ['layout_keys', 'layout_processing', 'layout_answers'],
+    step: `
+      with claimed as (
+        insert into layout_keys as k (tenant, key, method, path, fingerprint)
+        select 'acme', i.key, 'POST', '/api/payments', decode(i.fingerprint, 'hex')
+          from ${claimInput}
+        on conflict (tenant, key) do nothing
+        returning k.tenant, k.key, k.created_at
+      ), listed as (
+        insert into layout_processing (stale_at, tenant, key, lease, locked_at, owner, summary, http_request_id)
+        select c.created_at + interval '30 s', c.tenant, c.key, i.lease, c.created_at, gen_random_uuid(), i.summary, i.http_request_id
+          from claimed c join ${claimInput} on i.key = c.key
+      ), ${answerByRequestId(`c.headers - 'content-type'`)}`,
   },
 ]
 
@@ -251,13 +303,13 @@ async function measure(sql: postgres.Sql, layout: Layout, keys: number, concurre
 }
 
 /** Every layout at every concurrency, each on a fresh database of its own. */
-export async function measureLayouts(keys: number, concurrencies: readonly number[], vacuumEvery = 0): Promise<LayoutBytes[]> {
+export async function measureLayouts(keys: number, concurrencies: readonly number[], vacuumEvery = 0, only?: string): Promise<LayoutBytes[]> {
   const base = process.env.DATABASE_URL
   if (!base) throw new Error('DATABASE_URL is not set')
   const admin = postgres(base, { max: 1, onnotice: () => undefined })
   const results: LayoutBytes[] = []
   try {
-    for (const layout of LAYOUTS) {
+    for (const layout of LAYOUTS.filter((l) => only === undefined || l.name === only)) {
       for (const concurrency of concurrencies) {
         const name = `idem_key_layouts_${crypto.randomUUID().slice(0, 8)}`
         await admin.unsafe(`create database "${name}"`)
@@ -280,8 +332,10 @@ export async function measureLayouts(keys: number, concurrencies: readonly numbe
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({ options: { keys: { type: 'string', default: '4000' }, concurrency: { type: 'string', default: '1,4,32' }, 'vacuum-every': { type: 'string', default: '0' } } })
-  const results = await measureLayouts(Number(values.keys), values.concurrency.split(',').map(Number), Number(values['vacuum-every']))
+  const { values } = parseArgs({ options: { keys: { type: 'string', default: '4000' }, concurrency: { type: 'string', default: '1,4,32' }, 'vacuum-every': { type: 'string', default: '0' }, layout: { type: 'string' } } })
+  if (values.layout !== undefined && !LAYOUTS.some((l) => l.name === values.layout))
+    throw new Error(`--layout: no layout named ${JSON.stringify(values.layout)}; the layouts: ${LAYOUTS.map((l) => JSON.stringify(l.name)).join(', ')}`)
+  const results = await measureLayouts(Number(values.keys), values.concurrency.split(',').map(Number), Number(values['vacuum-every']), values.layout)
   console.log('| layout | in flight | B per key | heap | indexes | TOAST | FSM+VM | by table | rows/page (first table) | HOT |')
   console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |')
   for (const r of results) {
