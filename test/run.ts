@@ -12,13 +12,12 @@
  * tests (57P03, seen on the first try).
  */
 import { join } from 'node:path'
-import { startEmbedded, type EmbeddedPostgres } from '../src/store/embedded'
+import type { EmbeddedPostgres } from '../src/store/embedded'
+import { startTestServer } from './support/test-server'
 
 const ROOT = join(import.meta.dir, '..')
 
-const embedded: EmbeddedPostgres | undefined = process.env.DATABASE_URL
-  ? undefined
-  : await startEmbedded({ dir: join(ROOT, '.data/test-pg'), port: Number(process.env.TEST_EMBEDDED_PORT ?? 54339) })
+const embedded: EmbeddedPostgres | undefined = process.env.DATABASE_URL ? undefined : await startTestServer()
 
 const tests = Bun.spawn([
   process.execPath, 'test', '--timeout', '60000', '--parallel', '--timings=test/timings.json',

@@ -10,11 +10,10 @@
  * last one out stops it (startEmbedded counts the processes that use it).
  */
 import { afterAll } from 'bun:test'
-import { startEmbedded } from '../../src/store/embedded'
+import { startTestServer } from './test-server'
 
 if (!process.env.DATABASE_URL) {
-  const port = Number(process.env.TEST_EMBEDDED_PORT ?? 54339)
-  const embedded = await startEmbedded({ dir: '.data/test-pg', port })
+  const embedded = await startTestServer()
   process.env.DATABASE_URL = embedded.url
   afterAll(async () => {
     await embedded.stop()
