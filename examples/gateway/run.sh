@@ -26,6 +26,14 @@ stop() {
   wait "$upstream" 2>/dev/null || true
 }
 trap stop INT TERM EXIT
+# The gateway's first request must find json-server listening, or it is a 502.
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$upstream_port") 2>/dev/null; }
+for _ in $(seq 1 300); do
+  listening && break
+  kill -0 "$upstream" 2>/dev/null || { echo "json-server exited before listening on $upstream_port (its data: $data/db.json)" >&2; exit 1; }
+  sleep 0.1
+done
+listening || { echo "json-server is not listening on $upstream_port after 30 s" >&2; exit 1; }
 echo "json-server    http://127.0.0.1:$upstream_port (POST /items makes a record every time)"
 
 UPSTREAM_URL="http://127.0.0.1:$upstream_port" bun src/gateway/main.ts &
