@@ -8,4 +8,4 @@
  *   import { idempotentPost, migrate, openPools } from 'idempotent-post'
  */
 export * from './http/index'
-export { checkSchema, ENGINE_MIGRATIONS, migrate, openPools, SESSION_SETTINGS, startHeartbeat, type HeartbeatOptions, type MigrationLine, type MigrationResult, type Pool, type PoolOptions, type ProcessHeartbeat, type Pools } from './engine'
+export { checkSchema, ENGINE_MIGRATIONS, migrate, openPools, SESSION_SETTINGS, startHeartbeat, startRetentionPurge, type HeartbeatOptions, type MigrationLine, type MigrationResult, type Pool, type PoolOptions, type ProcessHeartbeat, type Pools, type RetentionPurge, type RetentionPurgeOptions } from './engine'

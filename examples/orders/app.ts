@@ -4,7 +4,7 @@
  */
 import { Type } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
-import { migrate, openPools, startHeartbeat } from 'idempotent-post/engine'
+import { migrate, openPools, startHeartbeat, startRetentionPurge } from 'idempotent-post/engine'
 import { bearerTenant, defineProblems, idempotentPost, InFlight, problemResult } from 'idempotent-post/plugin'
 
 const NewOrder = Type.Object({
@@ -16,6 +16,9 @@ const NewOrder = Type.Object({
 export const ORDER_PROBLEMS = defineProblems({
   'out-of-stock': { status: 422, title: 'Out of stock', detail: 'The warehouse does not have that many of this item.' },
 }, { typePrefix: 'urn:orders:problem:' })
+
+/** How long a completed order's answer is replayed to a retry; the purge deletes its key after that. */
+const RETENTION_SECONDS = 86_400
 
 export interface OrdersOptions {
   readonly databaseUrl: string
@@ -42,8 +45,10 @@ export async function createOrdersApp({ databaseUrl, warehouseUrl, apiKeys }: Or
   // a dead worker's key from a live one's, and force-expire it before its TTL.
   const inFlight = new InFlight()
   const heartbeat = await startHeartbeat(pools.short, { leases: () => inFlight.leaseIds() })
+  // Deletes the keys past their retention in the background; without it they stay forever.
+  const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: RETENTION_SECONDS })
 
-  const app = new Elysia().use(idempotentPost({ pools, tenant: bearerTenant(apiKeys), inFlight, owner: () => heartbeat.id }, {
+  const app = new Elysia().use(idempotentPost({ pools, tenant: bearerTenant(apiKeys), inFlight, owner: () => heartbeat.id, retentionSeconds: RETENTION_SECONDS }, {
     path: '/orders',
     body: NewOrder,
     problems: ORDER_PROBLEMS,
@@ -73,10 +78,11 @@ export async function createOrdersApp({ databaseUrl, warehouseUrl, apiKeys }: Or
     },
   }))
 
-  // After app.stop() (in-flight requests finish): the heartbeat, then the pools.
+  // After app.stop() (in-flight requests finish): the purge, the heartbeat, then the pools.
   const close = async () => {
+    await purge.stop()
     await heartbeat.stop()
     await pools.close()
   }
-  return { app, close }
+  return { app, purge, close }
 }

@@ -78,6 +78,14 @@ test('a body outside the schema is a 400 and stores nothing', async () => {
   expect(await sql`select 1 from idempotency_keys where key = 'order-3'`).toHaveLength(0)
 })
 
+test('a key past its retention is deleted by the app\'s purge; the order stays', async () => {
+  await sql`update idempotency_keys set created_at = created_at - interval '2 days', completed_at = completed_at - interval '2 days' where key = 'order-1'`
+  expect(await orders.purge.runOnce()).toBe(1)
+  expect(await sql`select 1 from idempotency_keys where key = 'order-1'`).toHaveLength(0)
+  expect(await sql`select 1 from idempotency_keys where key = 'order-2'`).toHaveLength(1)
+  expect(await sql`select id from orders`).toHaveLength(1)
+})
+
 test('README\'s command runs as written: npm run example:orders, then one order over HTTP', async () => {
   const url = new URL(base)
   url.pathname = `/${name}`

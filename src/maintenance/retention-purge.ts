@@ -2,7 +2,6 @@ import { DEFAULT_PURGE_INTERVAL_MS } from '../config'
 import { HEARTBEAT_INTERVAL_MS, liveProcessCount } from '../core/processes'
 import { purgeExpiredBatch, PURGE_BATCH_SIZE } from '../core/purge'
 import type { Sql } from '../core/types'
-import type { Metrics } from '../metrics/registry'
 import { errorText, type Logger } from '../log'
 
 /**
@@ -15,13 +14,14 @@ import { errorText, type Logger } from '../log'
  * the ingest, a tenth of the connection 3.9x, a fifth 6.9x (5x clears a
  * backlog while serving) with p99 1.16x the rounds without a purge.
  *
- * Every server process runs a purge (SKIP LOCKED keeps their batches apart),
- * and they all delete from the one database, whose ingest does not grow with
- * the number of processes: so the fifth is shared, each purge taking its part
- * by the live processes it counts (heartbeats, counted again every beat). Two
- * instances measured: 1.17x the payments/s of a fifth each, 6.4x the ingest
- * cleared. A process that beats and does not purge (an app on the plugin on
- * the same database) takes a part it leaves unused.
+ * Every server process runs a purge, and so should every process of an app on
+ * the plugin (without one its keys stay forever). SKIP LOCKED keeps their
+ * batches apart, and they all delete from the one database, whose ingest does
+ * not grow with the number of processes: so the fifth is shared, each purge
+ * taking its part by the live processes it counts (heartbeats, counted again
+ * every beat). Two instances measured: 1.17x the payments/s of a fifth each,
+ * 6.4x the ingest cleared. A process that beats and does not purge takes a
+ * part it leaves unused.
  */
 export const PURGE_SHARE = 0.2
 /** Bounds of that pause: a batch of a few rows pauses a little still; one that took seconds does not stop the purge for minutes. */
@@ -43,8 +43,10 @@ const BATCHES_PER_RUN = 500
 
 export interface RetentionPurgeOptions {
   readonly sql: Sql
+  /** The routes' retentionSeconds: a completed or released key is deleted once past it. */
   readonly retentionSeconds: number
-  readonly metrics?: Metrics | undefined
+  /** Hears how many keys each batch deleted (the service counts idempotency_purged_keys_total with it). */
+  readonly onPurged?: ((deleted: number) => void) | undefined
   /** @default DEFAULT_PURGE_INTERVAL_MS */
   readonly intervalMs?: number | undefined
   readonly batchSize?: number | undefined
@@ -71,10 +73,12 @@ export interface RetentionPurge {
 }
 
 /**
- * The retention purge: every interval, deletes completed keys past retention
- * in small batches with short pauses (core/purge.ts). Runs in every server
- * process; SKIP LOCKED lets several run at once without waiting on each other,
- * and a random first delay spreads them out.
+ * The retention purge: every interval, deletes completed and released keys
+ * past `retentionSeconds` in small batches with short pauses (core/purge.ts).
+ * Start one in every process that serves idempotent routes, with their
+ * retention, and stop it before closing the pools. SKIP LOCKED lets several
+ * run at once without waiting on each other, and a random first delay spreads
+ * them out.
  */
 export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPurge {
   const intervalMs = options.intervalMs ?? DEFAULT_PURGE_INTERVAL_MS
@@ -113,7 +117,7 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
       const batchMs = clock() - started
       from = through ?? from
       total += deleted
-      if (deleted > 0) options.metrics?.purgedKeys.inc(deleted)
+      if (deleted > 0) options.onPurged?.(deleted)
       if (deleted < batchSize) break
       const pauseMs = options.pauseMs ?? purgePauseMs(batchMs, purgers)
       await options.onPause?.(pauseMs, batchMs)

@@ -126,8 +126,8 @@ test.skipIf(!npm)('the app type-checks against the shipped declarations, with no
   await run([process.execPath, join(REPO, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(temp, 'app', 'tsconfig.json')], join(temp, 'app'))
 }, 60_000)
 
-test.skipIf(!npm)('its own idempotent route against a database: one email per key, a replay, a 409 in flight, a 422 for another request', async () => {
-  app = Bun.spawn([process.execPath, 'server.ts'], { cwd: join(temp, 'app'), env: { ...process.env, DATABASE_URL: database!.url }, stdout: 'pipe', stderr: 'pipe' })
+test.skipIf(!npm)('its own idempotent route against a database: one email per key, a replay, a 409 in flight, a 422 for another request, its purge', async () => {
+  app = Bun.spawn([process.execPath, 'server.ts'], { cwd: join(temp, 'app'), env: { ...process.env, DATABASE_URL: database!.url, PURGE_INTERVAL_MS: '200' }, stdout: 'pipe', stderr: 'pipe' })
   const decoder = new TextDecoder()
   void (async () => { for await (const chunk of app!.stdout as unknown as AsyncIterable<Uint8Array>) appOutput += decoder.decode(chunk) })()
   void (async () => { for await (const chunk of app!.stderr as unknown as AsyncIterable<Uint8Array>) appOutput += decoder.decode(chunk) })()
@@ -172,6 +172,11 @@ test.skipIf(!npm)('its own idempotent route against a database: one email per ke
     expect(blocked.status).toBe(422)
     expect(await blocked.json()).toMatchObject({ type: 'urn:mailer:problem:recipient-blocked', code: 'recipient-blocked' })
     expect((await send('mail-3', { to: 'eve@blocked.example', subject: 'Hi' })).headers.get('idempotent-replayed')).toBe('true')
+
+    // The app's purge: a key past its retention (its times moved back two days) is deleted, the others stay.
+    await sql`update idempotency_keys set created_at = created_at - interval '2 days', completed_at = completed_at - interval '2 days' where key = 'mail-1'`
+    await waitFor(async () => (await sql`select 1 from idempotency_keys where key = 'mail-1'`).length === 0, 'the app\'s purge to delete mail-1')
+    expect((await sql`select key from idempotency_keys order by key`).map((row) => row.key)).toEqual(['mail-2', 'mail-3'])
 
     // migrate() gave the app the engine's tables and nothing of the payments service.
     const tables = (await sql<{ name: string }[]>`select tablename as name from pg_tables where schemaname = 'public' order by 1`).map((row) => row.name)

@@ -5,11 +5,11 @@
  * outbox, is counted in memory and read at GET /outbox. An email to
  * hold@example.com waits until POST /outbox/release, so a retry can find it in
  * flight; one to a blocked address is a refusal of the app's own problem
- * catalogue, stored and replayed.
+ * catalogue, stored and replayed. Its keys past retention are purged.
  */
 import { Type } from '@sinclair/typebox'
 import { Elysia } from 'elysia'
-import { bearerTenant, defineProblems, idempotentPost, migrate, openPools, problemResult } from 'idempotent-post'
+import { bearerTenant, defineProblems, idempotentPost, migrate, openPools, problemResult, startRetentionPurge } from 'idempotent-post'
 
 // No Node or Bun type packages here (tsconfig "types": []): the package's own types must not need them.
 declare const process: { env: Record<string, string | undefined> }
@@ -31,9 +31,12 @@ let held = new Promise<void>((resolve) => { release = resolve })
 
 await migrate(databaseUrl)
 const pools = openPools(databaseUrl)
+// Keys past the route's retention are deleted in the background (the test shortens the interval).
+const retentionSeconds = 86_400
+startRetentionPurge({ sql: pools.short, retentionSeconds, intervalMs: Number(process.env.PURGE_INTERVAL_MS ?? 60_000) })
 
 const app = new Elysia()
-  .use(idempotentPost({ pools, tenant: bearerTenant(new Map([['mail-key', 'mailer']])), ttlSeconds: 10 }, {
+  .use(idempotentPost({ pools, tenant: bearerTenant(new Map([['mail-key', 'mailer']])), ttlSeconds: 10, retentionSeconds }, {
     path: '/emails',
     body: SendEmail,
     problems: MAIL_PROBLEMS,
