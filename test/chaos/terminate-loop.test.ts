@@ -85,6 +85,10 @@ test('a 12-second loop of pg_terminate_backend under load: ≤ 1 % 5xx, one paym
   console.log(`[terminate-loop] ${results.size} keys, ${answers.length} answers ${JSON.stringify(tally)}; ${terminated} backends terminated in ${rounds} rounds; retries:\n  ${retries.join('\n  ')}`)
 
   for (const a of answers) if (typeof a.status === 'number' && a.status >= 500) console.log(`  ${a.status} after ${Math.round(a.ms)} ms: ${a.error}`)
+  // What the service said about those requests (its line for each failure names the cause).
+  const failedIds = new Set(answers.flatMap((a) => /urn:idempotent-post:request:([0-9a-f-]+)/.exec(a.error ?? '')?.[1] ?? []))
+  if (failedIds.size > 0)
+    for (const line of service.output().split('\n')) if ([...failedIds].some((id) => line.includes(id))) console.log(`  service: ${line.slice(0, 600)}`)
   expect(service.alive()).toBe(true)
   expect(terminated).toBeGreaterThan(rounds) // the loop did kill, and more than one backend a round
   expect(retries.length).toBeGreaterThan(0)
