@@ -8,7 +8,9 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import type { Subprocess } from 'bun'
 import { captureOutput, waitForListening } from '../support/process'
+import { within } from '../support/wait'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { freePort } from './support/json-server'
 import { post, read } from './support/gateway'
@@ -31,6 +33,18 @@ test('bash examples/gateway/run.sh: json-server behind the gateway, the README\'
     stdout: 'pipe', stderr: 'pipe',
   })
   const output = captureOutput(proc)
+  try {
+    await exampleRuns(proc, output, upstreamPort)
+  } finally {
+    // A failed check must not leave the script's gateway and json-server running: SIGTERM is what stops both (its trap).
+    if (proc.exitCode === null) {
+      proc.kill('SIGTERM')
+      if (await within(proc.exited, 10_000, 'hung') === 'hung') proc.kill('SIGKILL')
+    }
+  }
+})
+
+async function exampleRuns(proc: Subprocess, output: ReturnType<typeof captureOutput>, upstreamPort: number): Promise<void> {
   const port = await waitForListening(proc, output, 30_000)
   if (!port) throw new Error(`the example did not start:\n${output()}`)
   const gateway = `http://127.0.0.1:${port}`
@@ -51,4 +65,4 @@ test('bash examples/gateway/run.sh: json-server behind the gateway, the README\'
   expect(output()).toContain('"exit_code":0')
   // json-server stopped with it: its port is free again.
   expect(await fetch(`http://127.0.0.1:${upstreamPort}/items`).then(() => 'answered', () => 'closed')).toBe('closed')
-})
+}
