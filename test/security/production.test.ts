@@ -130,8 +130,8 @@ describe('the service in production', () => {
   }
 
   test('every refusal stops the start with exit 2 and the variable\'s name, before anything starts', async () => {
-    // Two starts at a time, not all 26: each is a Bun process loading the service, and 26 at once took both
-    // cores for seconds, starving the test file beside this one (a terminate-loop's claims waited 5 s: 92 × 503).
+    // Two starts at a time, not all 26: each is a Bun process loading the service. 26 at once coincided, in one
+    // CI run, with the second in which the file beside this one saw 92 claims wait out their 5 s (test/run.ts).
     const results: ({ label: string; variable: string } & Awaited<ReturnType<typeof start>>)[] = []
     const queue = [...REFUSALS]
     await Promise.all([1, 2].map(async () => {
