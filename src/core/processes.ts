@@ -28,9 +28,15 @@ export function processAlive(sql: Sql) {
   return sql`p.heartbeat_at > now() - make_interval(secs => ${PROCESS_ALIVE_SECONDS})`
 }
 
-/** How many processes have a fresh heartbeat: the retention purges share one connection's time among them. */
-export async function liveProcessCount(sql: Sql): Promise<number> {
-  const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_processes p where ${processAlive(sql)}`
+/**
+ * How many live processes run the retention purge, which share one
+ * connection's time among them: those with a fresh heartbeat that did not say
+ * they beat without one (`purges` false). A process of an earlier release, or
+ * one that does not say, counts as purging.
+ */
+export async function purgingProcessCount(sql: Sql): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from idempotency_processes p where ${processAlive(sql)} and p.purges is not false`
   return row?.n ?? 0
 }
 
@@ -55,6 +61,22 @@ export interface HeartbeatOptions {
    * that does not say counts as knowing none. @default unsaid
    */
   readonly schemaKnown?: Readonly<Record<string, number>>
+  /**
+   * Whether this process runs the retention purge (startRetentionPurge). The
+   * purges share a fifth of a connection among the processes that run one: a
+   * process that beats without a purge says `false`, or it takes a part of
+   * that fifth it never uses. @default unsaid, counted as purging
+   */
+  readonly purges?: boolean
+}
+
+/** The heartbeat's row, as this process writes it. */
+interface ProcessRow {
+  readonly id: string
+  readonly pid: number
+  readonly hostname: string
+  readonly schemaKnown: string | null
+  readonly purges: boolean | null
 }
 
 /**
@@ -68,12 +90,15 @@ export interface HeartbeatOptions {
  */
 export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): Promise<ProcessHeartbeat> {
   const id = crypto.randomUUID()
-  const row = { id, pid: process.pid, hostname: hostname().slice(0, 255) || 'unknown', schemaKnown: options.schemaKnown ? JSON.stringify(options.schemaKnown) : null }
+  const row: ProcessRow = {
+    id, pid: process.pid, hostname: hostname().slice(0, 255) || 'unknown',
+    schemaKnown: options.schemaKnown ? JSON.stringify(options.schemaKnown) : null, purges: options.purges ?? null,
+  }
   const onEveryNode = await requestPathForm(sql) === 'functions'
   if (onEveryNode) await beatOnEveryNode(sql, row, [])
   else await sql`
-    insert into idempotency_processes (id, pid, hostname, schema_known)
-    values (${row.id}, ${row.pid}, ${row.hostname}, ${row.schemaKnown}::jsonb)`
+    insert into idempotency_processes (id, pid, hostname, schema_known, purges)
+    values (${row.id}, ${row.pid}, ${row.hostname}, ${row.schemaKnown}::jsonb, ${row.purges}::boolean)`
   // Rows of processes gone for a day are of no use to anyone.
   await sql`delete from idempotency_processes where heartbeat_at < now() - interval '1 day'`.catch(() => undefined)
   let failing = false
@@ -134,12 +159,13 @@ export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): 
  * at the next, and heartbeat_at is each node's own now(), the clock the claims
  * routed there judge it by. Fails only when no copy took the beat.
  */
-async function beatOnEveryNode(sql: Sql, row: { id: string; pid: number; hostname: string; schemaKnown: string | null }, leases: readonly string[]): Promise<void> {
+async function beatOnEveryNode(sql: Sql, row: ProcessRow, leases: readonly string[]): Promise<void> {
   // run_command_on_placements puts the copy's name for every %s of the text: the host name must bring none.
   await onPlacements(sql, sql`format(
-    'insert into %s as p (id, pid, hostname, schema_known, leases) values (%L, %L, %L, %L::jsonb, %L::bigint[])
+    'insert into %s as p (id, pid, hostname, schema_known, purges, leases) values (%L, %L, %L, %L::jsonb, %L::boolean, %L::bigint[])
      on conflict (id) do update set leases = excluded.leases, leases_as_of = p.heartbeat_at, heartbeat_at = now()',
-    '%s', ${row.id}::text, ${row.pid}::text, ${row.hostname.replaceAll('%', '_')}::text, ${row.schemaKnown}::text, ${pgTextArray(leases)}::text)`)
+    '%s', ${row.id}::text, ${row.pid}::text, ${row.hostname.replaceAll('%', '_')}::text, ${row.schemaKnown}::text,
+    ${row.purges === null ? null : String(row.purges)}::text, ${pgTextArray(leases)}::text)`)
 }
 
 /** How long a node may take to accept the heartbeat's connection: a stopped one refuses at once, a hung one would hold the beat for citus.node_connection_timeout (30 s). */

@@ -1,5 +1,5 @@
 import { DEFAULT_PURGE_INTERVAL_MS } from '../config'
-import { HEARTBEAT_INTERVAL_MS, liveProcessCount } from '../core/processes'
+import { HEARTBEAT_INTERVAL_MS, purgingProcessCount } from '../core/processes'
 import { purgeExpiredBatch, PURGE_BATCH_SIZE } from '../core/purge'
 import type { Sql } from '../core/types'
 import { errorText, type Logger } from '../log'
@@ -20,8 +20,10 @@ import { errorText, type Logger } from '../log'
  * not grow with the number of processes: so the fifth is shared, each purge
  * taking its part by the live processes it counts (heartbeats, counted again
  * every beat). Two instances measured: 1.17x the payments/s of a fifth each,
- * 6.4x the ingest cleared. A process that beats and does not purge takes a
- * part it leaves unused.
+ * 6.4x the ingest cleared. A process that beats without a purge says so
+ * (startHeartbeat's `purges: false`) and is not counted; one that does not
+ * say is, and takes a part it leaves unused (measured beside the service:
+ * 2.5x the ingest cleared against 4.8x, BENCHMARKS.md).
  */
 export const PURGE_SHARE = 0.2
 /** Bounds of that pause: a batch of a few rows pauses a little still; one that took seconds does not stop the purge for minutes. */
@@ -107,9 +109,9 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
         break
       }
       if (options.pauseMs === undefined && clock() - countedAt >= HEARTBEAT_INTERVAL_MS) {
-        // The purges share the fifth (PURGE_SHARE) among the live processes, counted again as often as they beat,
+        // The purges share the fifth (PURGE_SHARE) among the live processes that purge, counted again as often as they beat,
         // so one that starts or stops during a long run is seen within seconds. A count that fails keeps the last.
-        purgers = await liveProcessCount(options.sql).catch(() => purgers)
+        purgers = await purgingProcessCount(options.sql).catch(() => purgers)
         countedAt = clock()
       }
       const started = clock()

@@ -4,6 +4,7 @@ import { claim } from '../../src/core/claim'
 import { complete } from '../../src/core/complete'
 import { purgeExpired, purgeExpiredBatch } from '../../src/core/purge'
 import { PURGE_PAUSE_BOUNDS_MS, purgePauseMs, startRetentionPurge } from '../../src/maintenance/retention-purge'
+import { startHeartbeat } from '../../src/core/processes'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
 import { createKeys, identity, secondsBefore } from '../support/keys'
@@ -145,12 +146,12 @@ test('after each full batch the purge pauses four times as long as the batch too
   expect(purgePauseMs(5_000)).toBe(PURGE_PAUSE_BOUNDS_MS.max)
 })
 
-test('live processes share the fifth: with three heartbeats each purge pauses fourteen times its batch', async () => {
+/** The pauses of one purge run over 25 expired keys in batches of 10, each batch timed at 3 ms, with `processes` beating beside it. */
+async function pausesBeside(prefix: string, processes: readonly Record<string, unknown>[]): Promise<number[]> {
   await db.sql`delete from idempotency_keys`
-  await seedDone('shared-', 25, RETENTION + 60)
-  // Three server processes beating, and one gone (its heartbeat a minute old), which does not count.
-  const processes = [0, 0, 0, 60].map((age) => ({ id: crypto.randomUUID(), pid: 1, hostname: 'purge-test', heartbeat_at: secondsBefore(new Date(), age) }))
-  await db.sql`insert into idempotency_processes ${db.sql(processes)}`
+  await seedDone(prefix, 25, RETENTION + 60)
+  const rows = processes.map((row) => ({ id: crypto.randomUUID(), pid: 1, hostname: 'purge-test', ...row }))
+  await db.sql`insert into idempotency_processes ${db.sql(rows)}`
   let tick = 0
   const pauses: number[] = []
   const purge = startRetentionPurge({
@@ -163,10 +164,35 @@ test('live processes share the fifth: with three heartbeats each purge pauses fo
     await purge.stop()
     await db.sql`delete from idempotency_processes where hostname = 'purge-test'`
   }
+  return pauses
+}
+
+test('live processes share the fifth: with three heartbeats each purge pauses fourteen times its batch', async () => {
+  // Three server processes beating, and one gone (its heartbeat a minute old), which does not count.
+  const pauses = await pausesBeside('shared-', [0, 0, 0, 60].map((age) => ({ heartbeat_at: secondsBefore(new Date(), age) })))
   // A fifteenth of a connection each (0.2 / 3): 3 ms of batch, 42 ms of pause; three of them take the fifth together.
   expect(pauses).toEqual([42, 42])
   expect(purgePauseMs(3, 3)).toBeCloseTo(42)
   expect(purgePauseMs(3, 0)).toBeCloseTo(12) // no heartbeat (a purge outside a server): the whole fifth
+})
+
+test('a process that beats without a purge takes no part of the fifth; one that does not say, or an earlier release\'s, does', async () => {
+  // One that said it purges, one that said nothing (an earlier release: counted as purging), two that beat without a purge.
+  const pauses = await pausesBeside('apart-', [true, null, false, false].map((purges) => ({ purges })))
+  // Two purgers counted: a tenth each, 3 ms of batch and 27 of pause (four live processes would make it 57).
+  expect(pauses).toEqual([27, 27])
+})
+
+test('a heartbeat says whether its process purges, and an earlier release\'s row says nothing', async () => {
+  const [purging, beating, unsaid] = await Promise.all([true, false, undefined].map((purges) => startHeartbeat(db.pools.short, purges === undefined ? {} : { purges })))
+  try {
+    const rows = await db.sql<{ id: string; purges: boolean | null }[]>`
+      select id::text, purges from idempotency_processes where id in ${db.sql([purging!.id, beating!.id, unsaid!.id])}`
+    const said = (id: string) => rows.find((row) => row.id === id)?.purges
+    expect([said(purging!.id), said(beating!.id), said(unsaid!.id)]).toEqual([true, false, null])
+  } finally {
+    await Promise.all([purging, beating, unsaid].map((heartbeat) => heartbeat!.stop()))
+  }
 })
 
 test('a process that starts during a run is counted within a heartbeat interval, not at the next run', async () => {
@@ -225,6 +251,9 @@ test('the server runs the purge in the background and counts it', async () => {
     const exposition = await (await fetch(`${server.url}/metrics`)).text()
     const purged = Number(/idempotency_purged_keys_total (\d+)/.exec(exposition)?.[1] ?? 0)
     expect(purged).toBeGreaterThanOrEqual(1)
+    // Its heartbeat says it purges: the other processes' purges count it in sharing the fifth.
+    const [beat] = await db.sql<{ purges: boolean | null }[]>`select purges from idempotency_processes where hostname <> 'purge-test' and pid = ${server.proc.pid}`
+    expect(beat?.purges).toBe(true)
     // Past retention the key is new again: a fresh payment, not a replay.
     const again = await postPayment(server.url, payment({ amount: 99 }), { key })
     expect(again.status).toBe(201)

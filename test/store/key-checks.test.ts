@@ -73,7 +73,7 @@ test('applied to the release before\'s rows while it claims: validated, and the 
     while (claiming) if (await claimWith('POST', HEX64)) claims++
   })()
   try {
-    expect((await migrate(url)).applied).toBe(1)
+    expect((await migrate(url, { lines: [engine13.lineUpTo(ENGINE_MIGRATIONS, 14)] })).applied).toBe(1)
   } finally {
     claiming = false
     await writer

@@ -1,0 +1,15 @@
+-- @online
+-- Whether each live process runs the retention purge (true), or beats without
+-- one (false): written with its heartbeat row (src/core/processes.ts). The
+-- purges share a fifth of one connection's time among the processes that
+-- purge (src/maintenance/retention-purge.ts); counting every live process let
+-- one that beats and never purges (an app on the plugin beside the service)
+-- halve the service's purge: 2.1-2.5x the ingest cleared, against 4.8-5.2x
+-- beside a heartbeat saying false (BENCHMARKS.md, issue 40). Null for the
+-- processes of earlier releases and of apps that do not say, counted as
+-- purging: a purge then takes less than its share, never more.
+--
+-- Online: a nullable column without a default is a catalog change only; the
+-- release before inserts its rows without it. On Citus the reference table's
+-- copies get it with it.
+alter table idempotency_processes add column purges boolean;
