@@ -4,14 +4,16 @@
  * fresh payments at full speed. Interleaved rounds of:
  *
  *   - one instance: the serving service, its own purge running back to back;
- *   - two instances, the second not purging: the same, and a second service
- *     process on the same database that serves nothing and does not purge
- *     (what a process costs the other by living: heartbeats, probes);
+ *   - a second process beating without a purge, as an app on the plugin does
+ *     beside the service: its heartbeat saying nothing of a purge (as every
+ *     heartbeat did before `purges`, and as one that does not say still does),
+ *     then saying `purges: false` (here in the bench's own process: a heartbeat
+ *     and nothing else);
  *   - two instances: the second purges too (its heartbeat counts it);
  *   - with `--before <checkout>`: two instances of that checkout's code (an
  *     A/B, e.g. a worktree of the commit before a change to the pacing).
  *
- *   bun bench/day-purge-instances.ts --database idem_day_xxxx [--before /tmp/worktree] [--rounds 3] [--seconds 8] [--warmup 2] [--retention 600]
+ *   bun bench/day-purge-instances.ts --database idem_day_xxxx [--before /tmp/worktree] [--rounds 3] [--seconds 8] [--warmup 2] [--retention 600] [--variants 0,3,4]
  *
  * On a database `npm run bench:day -- --keep` left (seeded over a day): the
  * services run with a retention of `--retention` seconds, so nearly every
@@ -25,6 +27,8 @@ import { PURGE_EVERY_MS, purgedKeys, runDayRound, type RoundResult } from './day
 import { round2 } from './load'
 import { startProvider } from './provider'
 import { startService, type Service } from './service'
+import { startHeartbeat, type ProcessHeartbeat } from '../src/core/processes'
+import { openPools, type Pools } from '../src/store/db'
 import { median } from './versus-naive'
 
 const { values } = parseArgs({
@@ -36,6 +40,8 @@ const { values } = parseArgs({
     warmup: { type: 'string', default: '2' },
     retention: { type: 'string', default: '600' },
     connections: { type: 'string', default: '32' },
+    /** Which variants to run, by their place in the list below (e.g. `0,3,4`); all by default. */
+    variants: { type: 'string' },
   },
 })
 if (!values.database) throw new Error('--database idem_day_xxxx: a database bench:day kept (--keep)')
@@ -46,17 +52,24 @@ const retentionSeconds = Number(values.retention)
 
 interface Variant {
   readonly name: string
-  readonly instances: 1 | 2
-  /** The second process's purge runs (else it only lives: heartbeats, probes). @default true */
-  readonly secondPurges?: boolean
+  /** Beside the serving service: a second service (its purge back to back), or only a heartbeat, with what it says of a purge. */
+  readonly second?: 'service' | { readonly purges: boolean | undefined }
   readonly cwd?: string | undefined
 }
-const variants: Variant[] = [
-  { name: 'one instance', instances: 1 },
-  { name: 'two instances, the second not purging', instances: 2, secondPurges: false },
-  { name: 'two instances', instances: 2 },
-  ...(values.before ? [{ name: `two instances, ${values.before}`, instances: 2 as const, cwd: values.before }] : []),
+const listed: Variant[] = [
+  { name: 'one instance' },
+  { name: 'beside a heartbeat that does not say', second: { purges: undefined } },
+  { name: 'beside a heartbeat saying purges: false', second: { purges: false } },
+  { name: 'two instances', second: 'service' },
+  ...(values.before ? [{ name: `two instances, ${values.before}`, second: 'service' as const, cwd: values.before }] : []),
 ]
+const variants = listed.filter((_, n) => values.variants === undefined || values.variants.split(',').map(Number).includes(n))
+
+async function stopBeating(heartbeat: { beat: ProcessHeartbeat; pools: Pools } | undefined): Promise<void> {
+  if (!heartbeat) return
+  await heartbeat.beat.stop()
+  await heartbeat.pools.close()
+}
 
 const provider = await startProvider(0)
 const results = new Map<string, RoundResult[]>(variants.map((v) => [v.name, []]))
@@ -66,17 +79,22 @@ try {
     for (const variant of order) {
       // The second process: same database, same retention, its purge back to back, no traffic.
       let second: Service | undefined
-      if (variant.instances === 2) {
-        const purgeEvery = variant.secondPurges === false ? String(86_400_000) : PURGE_EVERY_MS
-        second = await startService(url, provider.url, { PURGE_INTERVAL_MS: purgeEvery, IDEMPOTENCY_RETENTION_SECONDS: String(retentionSeconds) }, [], variant.cwd)
+      let heartbeat: { beat: ProcessHeartbeat; pools: Pools } | undefined
+      if (variant.second === 'service') {
+        second = await startService(url, provider.url, { PURGE_INTERVAL_MS: PURGE_EVERY_MS, IDEMPOTENCY_RETENTION_SECONDS: String(retentionSeconds) }, [], variant.cwd)
+      } else if (variant.second) {
+        // Its own pool, closed with it: the round waits for every backend on the database to leave.
+        const { purges } = variant.second
+        const pools = openPools(url, { applicationName: 'bench:beating', shortMax: 1, workMax: 1 })
+        heartbeat = { beat: await startHeartbeat(pools.short, purges === undefined ? {} : { purges }), pools }
       }
       try {
         const result = await runDayRound({
           url, provider, tool: defaultLoadTool(), connections: Number(values.connections),
           warmupSeconds: Number(values.warmup), seconds: Number(values.seconds),
-          tag: `inst${round}${variant.instances}${variant.secondPurges === false ? 'n' : ''}${variant.cwd ? 'b' : ''}${Date.now() % 100_000}`, purge: true, retentionSeconds, cwd: variant.cwd,
+          tag: `inst${round}${variants.indexOf(variant)}${Date.now() % 100_000}`, purge: true, retentionSeconds, cwd: variant.cwd,
           // The second stops with the measured seconds: the round then waits for every backend on the database to leave.
-          beside: second && (() => {
+          beside: heartbeat ? () => ({ stop: async () => { await stopBeating(heartbeat); heartbeat = undefined; return 0 } }) : second && (() => {
             const before = purgedKeys(second!.url)
             return {
               stop: async () => {
@@ -95,6 +113,7 @@ try {
           + `purged ${result.purgedPerSecond}/s, ${result.expiredLeft} left, exactly once ${result.exactlyOnce.ok}, load ${loadavg()[0]!.toFixed(2)}`)
       } finally {
         await second?.stop()
+        await stopBeating(heartbeat)
       }
     }
   }
