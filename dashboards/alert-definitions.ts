@@ -349,7 +349,7 @@ export function alertsFor(job: string): readonly AlertDefinition[] {
     panel: PANELS.duplicatesByTenant,
     adminPath: `/admin?tenant=${TENANT}`,
     summary: (v) => `Tenant ${TENANT}: {{ ${v} }} request(s) completed again under a new idempotency key`,
-    description: (v) => `In the last hour {{ ${v} }} completion(s) of tenant ${TENANT} repeat an earlier request (same route and body) under a different key: that client makes a new key per retry, so idempotency cannot protect it from paying twice.`,
+    description: (v) => `In the recent window (METRICS_DUPLICATE_WINDOW_SECONDS, an hour by default) {{ ${v} }} completion(s) of tenant ${TENANT} repeat an earlier request (same route and body) under a different key: that client makes a new key per retry, so idempotency cannot protect it from paying twice.`,
   },
   {
     uid: 'idem-gauges-refresh-failed',

@@ -62,6 +62,8 @@ export interface Config {
   readonly replayCacheEntries: number
   /** The database gauges at /metrics are recomputed at most once per this many ms (METRICS_CACHE_MS). */
   readonly metricsCacheMs: number
+  /** The window of idempotency_duplicate_entities, in seconds (METRICS_DUPLICATE_WINDOW_SECONDS). */
+  readonly duplicateWindowSeconds: number
   /** How often each process runs the retention purge of completed keys (PURGE_INTERVAL_MS). */
   readonly purgeIntervalMs: number
   /** Data directory of the embedded PostgreSQL, used when DATABASE_URL is unset (EMBEDDED_PG_DIR, default .data/pg). */

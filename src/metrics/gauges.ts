@@ -1,4 +1,5 @@
 import { Counter, Gauge, Registry } from 'prom-client'
+import { DEFAULT_DUPLICATE_WINDOW_SECONDS } from '../config/constants'
 import type { Sql } from '../core/types'
 import { errorText, type Logger } from '../log'
 import { ForcedExpirationTally } from './forced-expirations'
@@ -27,9 +28,11 @@ export const DEFAULT_GAUGE_TIMEOUT_MS = 1_000
  * 1 hour: a client that makes a new key per retry repeats the request within
  * seconds to minutes; an hour catches slow retry loops, and the same customer
  * paying the same amount on purpose twice within the hour is rare enough to
- * deserve a look.
+ * deserve a look. Its query reads every completion of the window: with
+ * 512,000 in the hour it took about 1 s, its timeout (issue 40), so a service
+ * that busy sets a shorter one (METRICS_DUPLICATE_WINDOW_SECONDS).
  */
-export const DUPLICATE_WINDOW_SECONDS = 3_600
+export const DUPLICATE_WINDOW_SECONDS = DEFAULT_DUPLICATE_WINDOW_SECONDS
 /**
  * work_mem of the duplicates query only: its hash aggregate over an hour of
  * completions needed 20 MB for 41k of them (1M keys over a day) and spilled to
@@ -94,7 +97,7 @@ export class DatabaseGauges {
     })
     this.duplicates = new Gauge({
       name: 'idempotency_duplicate_entities',
-      help: 'Completions in the last hour that repeat the same request (tenant, route, body) under another key: a client making a new key per retry. Global: aggregate with max.',
+      help: 'Completions in the recent window (METRICS_DUPLICATE_WINDOW_SECONDS, an hour by default) that repeat the same request (tenant, route, body) under another key: a client making a new key per retry. Global: aggregate with max.',
       labelNames: ['tenant'],
       registers,
     })

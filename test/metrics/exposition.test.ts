@@ -86,6 +86,24 @@ test('the database gauges see the stranded key and the request completed under t
   expect(sample(exposition, 'idempotency_gauges_refresh_failed', { query: 'duplicates' })).toBe(0)
 })
 
+test('METRICS_DUPLICATE_WINDOW_SECONDS shortens the duplicates window: a repeat from before it is not counted', async () => {
+  // The request completed under two keys above, both within seconds: counted by a service with the default hour,
+  // and by one with a minute's window. Another one whose first completion is ten minutes old: counted by the first only.
+  const earlier = fingerprintOf('completed ten minutes ago, and again now')
+  const tenMinutesAgo = new Date(Date.now() - 10 * 60_000)
+  await createKey(db.sql, identity({ tenant: 'globex', fingerprint: earlier }), { status: 'done', completedAt: tenMinutesAgo })
+  await createKey(db.sql, identity({ tenant: 'globex', fingerprint: earlier }), { status: 'done', completedAt: new Date() })
+  const short = await startServer(db.url, { METRICS_CACHE_MS: '0', METRICS_DUPLICATE_WINDOW_SECONDS: '60' }, { provider })
+  try {
+    const hour = await (await fetch(`${server.url}/metrics`)).text()
+    const minute = await (await fetch(`${short.url}/metrics`)).text()
+    expect([sample(hour, 'idempotency_duplicate_entities', { tenant: 'acme' }), sample(hour, 'idempotency_duplicate_entities', { tenant: 'globex' })]).toEqual([1, 1])
+    expect([sample(minute, 'idempotency_duplicate_entities', { tenant: 'acme' }), sample(minute, 'idempotency_duplicate_entities', { tenant: 'globex' })]).toEqual([1, 0])
+  } finally {
+    await short.stop()
+  }
+}, 30_000)
+
 test('process metrics: those that hold under Bun are there, the broken ones are not', () => {
   for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'process_open_fds', 'process_start_time_seconds', 'nodejs_eventloop_lag_p99_seconds', 'nodejs_heap_size_used_bytes'])
     expect(sample(exposition, name)).toBeGreaterThan(0)

@@ -64,6 +64,14 @@ test('a request completed under new keys on every retry counts as duplicates; on
   expect(sample(text, 'idempotency_duplicate_entities', { tenant: 'globex' })).toBe(0)
 })
 
+test('a shorter window leaves out the repeats completed before it', async () => {
+  const retried = fingerprintOf('retried ten minutes ago, and again now')
+  await createKey(db.sql, identity({ tenant: 'acme', fingerprint: retried }), { status: 'done', completedAt: ago(600) })
+  await createKey(db.sql, identity({ tenant: 'acme', fingerprint: retried }), { status: 'done', completedAt: ago(60) })
+  expect(sample(await scrape(gauges()), 'idempotency_duplicate_entities', { tenant: 'acme' })).toBe(1)
+  expect(sample(await scrape(gauges({ duplicateWindowSeconds: 300 })), 'idempotency_duplicate_entities', { tenant: 'acme' })).toBe(0)
+})
+
 test('concurrent scrapes share one query, and the cache holds for its interval', async () => {
   const g = gauges({ cacheMs: 60_000 })
   await Promise.all(Array.from({ length: 25 }, () => g.refresh()))
