@@ -25,10 +25,13 @@ export const HOLDS = {
   // pg_stat_activity shows the claim's first kilobyte: its leading comment (core/claim-sql.ts).
   'claim': { lock: 1_606_001, query: /insert into idempotency_keys|idempotent-post: claim/i },
   // The payment INSERT: its own statement in the transactional form, a part of
-  // the one completing statement in the declarative form (core/complete-rows.ts).
-  'payment-insert': { lock: 1_606_002, query: /insert into payments|done as \(\s*update idempotency_keys/i },
+  // the one completing statement in the declarative form (core/complete-rows.ts),
+  // or of a statement that carries claims and completions together (core/lane.ts),
+  // whose first kilobyte ends before the completion's part: its leading comment
+  // names it (seen on a busy machine, where completions queue behind claims).
+  'payment-insert': { lock: 1_606_002, query: /insert into payments|done as \(\s*update idempotency_keys|idempotent-post: claim and complete/i },
   // COMMIT: the statement of the transactional form, or the end of the completing statement (its implicit commit).
-  'commit': { lock: 1_606_003, query: /^\s*commit\s*$|done as \(\s*update idempotency_keys/i },
+  'commit': { lock: 1_606_003, query: /^\s*commit\s*$|done as \(\s*update idempotency_keys|idempotent-post: claim and complete/i },
   'release': { lock: 1_606_004, query: /set status = 'released'/i },
 } as const
 export type HoldName = keyof typeof HOLDS
