@@ -120,7 +120,7 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
     : undefined
   log.info(`listening on ${server.hostname}:${server.port} (pid ${process.pid})${metricsServer ? `, metrics on ${metricsServer.hostname}:${metricsServer.port}` : ''}`,
     { host: server.hostname, port: server.port, ttl_seconds: config.ttlSeconds, workers: config.workers })
-  const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: config.retentionSeconds, intervalMs: config.purgeIntervalMs, onPurged: (deleted) => metrics.purgedKeys.inc(deleted), log })
+  const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: config.retentionSeconds, intervalMs: config.purgeIntervalMs, processId: heartbeat.id, onPurged: (deleted) => metrics.purgedKeys.inc(deleted), log })
   options.onListening?.(server.port ?? config.port)
 
   let parentWatch: ReturnType<typeof setInterval> | undefined

@@ -46,7 +46,8 @@ export async function createOrdersApp({ databaseUrl, warehouseUrl, apiKeys }: Or
   const inFlight = new InFlight()
   const heartbeat = await startHeartbeat(pools.short, { leases: () => inFlight.leaseIds(), purges: true })
   // Deletes the keys past their retention in the background; without it they stay forever.
-  const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: RETENTION_SECONDS })
+  // Told the heartbeat, it takes turns with the other processes that purge: one purges at a time.
+  const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: RETENTION_SECONDS, processId: heartbeat.id })
 
   const app = new Elysia().use(idempotentPost({ pools, tenant: bearerTenant(apiKeys), inFlight, owner: () => heartbeat.id, retentionSeconds: RETENTION_SECONDS }, {
     path: '/orders',

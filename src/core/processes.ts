@@ -40,6 +40,33 @@ export async function purgingProcessCount(sql: Sql): Promise<number> {
   return row?.n ?? 0
 }
 
+/** Whose turn it is to purge, as one process sees it (purgeTurn). */
+export interface PurgeTurn {
+  /** This process runs the purge; the others stand by. */
+  readonly leads: boolean
+  /** The purges running at once, this one included, when it leads: it and the processes that do not say whether they purge (an earlier release's, or an app's heartbeat without `purges`), which share by count. */
+  readonly purgers: number
+}
+
+/**
+ * Whether process `id` runs the retention purge now. The processes that said
+ * they purge (`purges` true) take turns: the oldest live one runs the purge at
+ * the whole fifth, and the others stand by until its heartbeat goes (a clean
+ * stop removes it at once, a SIGKILL is seen after PROCESS_ALIVE_SECONDS).
+ * Two purges at once cleared 0.7x what one clears (BENCHMARKS.md): they
+ * delete from the same oldest pages. The oldest, not any, so that a process
+ * that starts does not take the turn from one in the middle of a backlog.
+ * When none is live (this process's own heartbeat failing), it purges.
+ */
+export async function purgeTurn(sql: Sql, id: string): Promise<PurgeTurn> {
+  const [row] = await sql<{ leader: string | null; unsaid: number }[]>`
+    select (select p.id::text from idempotency_processes p where ${processAlive(sql)} and p.purges
+             order by p.started_at, p.id limit 1) as leader,
+           (select count(*)::int from idempotency_processes p where ${processAlive(sql)} and p.purges is null and p.id <> ${id}::uuid) as unsaid`
+  const leads = row?.leader == null || row.leader === id
+  return { leads, purgers: leads ? 1 + (row?.unsaid ?? 0) : 0 }
+}
+
 export interface ProcessHeartbeat {
   /** This process's id: the `owner` of every key it claims. */
   readonly id: string

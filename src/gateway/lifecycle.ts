@@ -52,7 +52,7 @@ export async function runGateway(config: GatewayConfig, databaseUrl: string, opt
   const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds(), schemaKnown: knownVersions(), purges: true })
   const handle = gatewayFetch({ config, pools, metrics, gatewayMetrics: gatewayMetrics(metrics.registry, names), gauges, inFlight, owner: () => heartbeat.id, log })
   const server = serveGateway(handle, { hostname: config.host, port: config.port, log })
-  const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: config.retentionSeconds, onPurged: (deleted) => metrics.purgedKeys.inc(deleted), log })
+  const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: config.retentionSeconds, processId: heartbeat.id, onPurged: (deleted) => metrics.purgedKeys.inc(deleted), log })
   log.info(`gateway listening on ${server.hostname}:${server.port} (pid ${process.pid})`, {
     host: server.hostname, port: server.port, routes: config.routes.map((route) => ({ name: route.name, methods: route.methods, upstream: route.upstream, unknown: route.unknown, ttl_seconds: route.ttlSeconds })),
   })

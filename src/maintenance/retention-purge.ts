@@ -1,5 +1,5 @@
 import { DEFAULT_PURGE_INTERVAL_MS } from '../config'
-import { HEARTBEAT_INTERVAL_MS, purgingProcessCount } from '../core/processes'
+import { HEARTBEAT_INTERVAL_MS, purgeTurn, purgingProcessCount, type PurgeTurn } from '../core/processes'
 import { purgeExpiredBatch, PURGE_BATCH_SIZE } from '../core/purge'
 import type { Sql } from '../core/types'
 import { errorText, type Logger } from '../log'
@@ -15,15 +15,19 @@ import { errorText, type Logger } from '../log'
  * backlog while serving) with p99 1.16x the rounds without a purge.
  *
  * Every server process runs a purge, and so should every process of an app on
- * the plugin (without one its keys stay forever). SKIP LOCKED keeps their
- * batches apart, and they all delete from the one database, whose ingest does
- * not grow with the number of processes: so the fifth is shared, each purge
- * taking its part by the live processes it counts (heartbeats, counted again
- * every beat). Two instances measured: 1.17x the payments/s of a fifth each,
- * 6.4x the ingest cleared. A process that beats without a purge says so
- * (startHeartbeat's `purges: false`) and is not counted; one that does not
- * say is, and takes a part it leaves unused (measured beside the service:
- * 2.5x the ingest cleared against 4.8x, BENCHMARKS.md).
+ * the plugin (without one its keys stay forever). They all delete from the one
+ * database, whose ingest does not grow with the number of processes, so the
+ * fifth is the database's, not each process's:
+ * - A purge told its process's heartbeat (`processId`, the heartbeat saying
+ *   `purges: true`) takes turns: the oldest such live process purges at the
+ *   whole fifth, the others stand by (core/processes.ts purgeTurn). Two purges
+ *   sharing by count cleared 0.7x what one clears (BENCHMARKS.md).
+ * - One not told shares the fifth by the live processes it counts
+ *   (heartbeats, counted again every beat), as does a leader with such
+ *   processes beside it. A process that beats without a purge says so
+ *   (`purges: false`) and is not counted; one that does not say is, and takes
+ *   a part it may leave unused (2.5x the ingest cleared against 4.8x).
+ * SKIP LOCKED keeps batches apart wherever two run at once.
  */
 export const PURGE_SHARE = 0.2
 /** Bounds of that pause: a batch of a few rows pauses a little still; one that took seconds does not stop the purge for minutes. */
@@ -61,6 +65,13 @@ export interface RetentionPurgeOptions {
   readonly log?: Logger | undefined
   /** Tests move the clock with this. */
   readonly now?: (() => Date | undefined) | undefined
+  /**
+   * This process's heartbeat id (startHeartbeat, told `purges: true`): the
+   * purges then take turns, this one running only while its process is the
+   * oldest live one that purges, at the whole share. Without it the purge
+   * shares the fifth by count with every process that may purge.
+   */
+  readonly processId?: string | undefined
   /** @default BATCHES_PER_RUN */
   readonly batchesPerRun?: number | undefined
   /** When the first run starts. @default at random within the first interval */
@@ -93,9 +104,13 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
   /** Where a run that stopped at batchesPerRun ended: the next run goes on from there, at once. */
   let backlogFrom: Date | undefined
   let backlog = false
-  /** The live processes purging beside this one, this one included, and when they were counted (by `clock`). */
-  let purgers = 1
+  /** Whether this purge runs, the live processes purging beside it (it included), and when they were counted (by `clock`). */
+  let turn: PurgeTurn = { leads: true, purgers: 1 }
   let countedAt = -Infinity
+  const { processId } = options
+  const recount = (): Promise<PurgeTurn> => processId === undefined
+    ? purgingProcessCount(options.sql).then((purgers) => ({ leads: true, purgers }))
+    : purgeTurn(options.sql, processId)
 
   async function purgeRun(): Promise<number> {
     let total = 0
@@ -108,12 +123,15 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
         backlogFrom = from
         break
       }
-      if (options.pauseMs === undefined && clock() - countedAt >= HEARTBEAT_INTERVAL_MS) {
-        // The purges share the fifth (PURGE_SHARE) among the live processes that purge, counted again as often as they beat,
-        // so one that starts or stops during a long run is seen within seconds. A count that fails keeps the last.
-        purgers = await purgingProcessCount(options.sql).catch(() => purgers)
+      if ((options.pauseMs === undefined || processId !== undefined) && clock() - countedAt >= HEARTBEAT_INTERVAL_MS) {
+        // Counted again as often as the processes beat, so one that starts or stops during a long run is seen
+        // within seconds. A count that fails keeps the last.
+        const leading = turn.leads
+        turn = await recount().catch(() => turn)
         countedAt = clock()
+        if (leading !== turn.leads) options.log?.info(turn.leads ? 'retention purge: this process purges now' : 'retention purge: another process purges; this one stands by', { purge_leads: turn.leads })
       }
+      if (!turn.leads) break
       const started = clock()
       const { deleted, through } = await purgeExpiredBatch(options.sql, { retentionSeconds: options.retentionSeconds, batchSize, now: options.now?.(), from })
       const batchMs = clock() - started
@@ -121,7 +139,7 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
       total += deleted
       if (deleted > 0) options.onPurged?.(deleted)
       if (deleted < batchSize) break
-      const pauseMs = options.pauseMs ?? purgePauseMs(batchMs, purgers)
+      const pauseMs = options.pauseMs ?? purgePauseMs(batchMs, turn.purgers)
       await options.onPause?.(pauseMs, batchMs)
       await Bun.sleep(pauseMs)
     }

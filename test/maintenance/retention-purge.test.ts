@@ -195,6 +195,62 @@ test('a heartbeat says whether its process purges, and an earlier release\'s row
   }
 })
 
+test('purges told their heartbeat take turns: only the oldest live process that purges deletes, at the whole fifth, and the next takes over when it stops', async () => {
+  await db.sql`delete from idempotency_keys`
+  await seedDone('turns-', 25, RETENTION + 60)
+  // Beside them: a process that said nothing, which shares by count (the leader counts it), and an older one that beats without a purge.
+  const others = [{ purges: null }, { purges: false, started_at: secondsBefore(new Date(), 60) }]
+  await db.sql`insert into idempotency_processes ${db.sql(others.map((row) => ({ id: crypto.randomUUID(), pid: 1, hostname: 'purge-test', ...row })))}`
+  const older = await startHeartbeat(db.pools.short, { purges: true })
+  const younger = await startHeartbeat(db.pools.short, { purges: true })
+  await db.sql`update idempotency_processes set started_at = started_at + interval '1 second' where id = ${younger.id}`
+  const lines: string[] = []
+  const log = { info: (line: string) => lines.push(line), warn: () => undefined, error: () => undefined, debug: () => undefined }
+  const pauses: number[] = []
+  // One clock for both, 3 ms a reading.
+  let tick = 0
+  const start = (processId: string) => startRetentionPurge({
+    sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, intervalMs: 3_600_000, processId, log: log as unknown as Logger,
+    clock: () => (tick += 3), onPause: (pauseMs) => { pauses.push(Math.round(pauseMs * 1000) / 1000) },
+  })
+  const [first, second] = [start(older.id), start(younger.id)]
+  try {
+    expect(await second.runOnce()).toBe(0)
+    expect(lines).toEqual(['retention purge: another process purges; this one stands by'])
+    expect(await count(`key like 'turns-%'`)).toBe(25)
+    // The leader and the process that did not say: a tenth of a connection, 27 ms of pause for 3 of batch.
+    expect(await first.runOnce()).toBe(25)
+    expect(pauses).toEqual([27, 27])
+    // The leader stops (its heartbeat row goes): the next run of the other purges.
+    await seedDone('turns-next-', 5, RETENTION + 60)
+    await older.stop()
+    // Until the stand-by counts again, a heartbeat's interval later, it stands by.
+    expect(await second.runOnce()).toBe(0)
+    tick += 2_000
+    expect(await second.runOnce()).toBe(5)
+    expect(lines.slice(-2)).toEqual(['retention purge: this process purges now', 'retention purge: deleted 5 expired key(s)'])
+  } finally {
+    await Promise.all([first.stop(), second.stop()])
+    await Promise.all([older.stop(), younger.stop()])
+    await db.sql`delete from idempotency_processes where hostname = 'purge-test'`
+  }
+})
+
+test('a purge told its heartbeat purges when no live process says it purges (its own heartbeat failing)', async () => {
+  await db.sql`delete from idempotency_keys`
+  await seedDone('alone-', 5, RETENTION + 60)
+  // A process that says it purges, but whose heartbeat is a minute old: gone.
+  await db.sql`insert into idempotency_processes (id, pid, hostname, purges, heartbeat_at, started_at)
+               values (${crypto.randomUUID()}, 1, 'purge-test', true, now() - interval '1 minute', now() - interval '1 hour')`
+  const purge = startRetentionPurge({ sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, intervalMs: 3_600_000, processId: crypto.randomUUID() })
+  try {
+    expect(await purge.runOnce()).toBe(5)
+  } finally {
+    await purge.stop()
+    await db.sql`delete from idempotency_processes where hostname = 'purge-test'`
+  }
+})
+
 test('a process that starts during a run is counted within a heartbeat interval, not at the next run', async () => {
   await db.sql`delete from idempotency_keys`
   await seedDone('joined-', 35, RETENTION + 60)
@@ -262,3 +318,28 @@ test('the server runs the purge in the background and counts it', async () => {
     await server.stop()
   }
 }, 30_000)
+
+test('two servers take turns: the younger stands by while the older purges, and purges once the older stops', async () => {
+  const env = { IDEMPOTENCY_TTL_SECONDS: '1', IDEMPOTENCY_RETENTION_SECONDS: '1', PURGE_INTERVAL_MS: '200' }
+  const older = await startServer(db.url, env)
+  const younger = await startServer(db.url, env)
+  const purged = async (server: { url: string }) => Number(/idempotency_purged_keys_total (\d+)/.exec(await (await fetch(`${server.url}/metrics`)).text())?.[1] ?? 0)
+  let olderStopped = false
+  try {
+    await waitFor(() => younger.output().includes('another process purges; this one stands by'), 'the younger server to stand by')
+    const key = `turn-${crypto.randomUUID()}`
+    expect((await postPayment(younger.url, payment(), { key })).status).toBe(201)
+    await waitFor(async () => (await count(`key = '${key}'`)) === 0, `the older server's purge to delete key ${key}`)
+    expect(await purged(older)).toBeGreaterThanOrEqual(1)
+    expect(await purged(younger)).toBe(0)
+    await older.stop()
+    olderStopped = true
+    const next = `turn-next-${crypto.randomUUID()}`
+    expect((await postPayment(younger.url, payment(), { key: next })).status).toBe(201)
+    await waitFor(async () => (await count(`key = '${next}'`)) === 0, `the younger server's purge to delete key ${next}`)
+    expect(younger.output()).toContain('this process purges now')
+    expect(await purged(younger)).toBeGreaterThanOrEqual(1)
+  } finally {
+    await Promise.all([olderStopped ? undefined : older.stop(), younger.stop()])
+  }
+}, 60_000)
