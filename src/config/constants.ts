@@ -16,6 +16,8 @@ export const MIN_MAX_BODY_BYTES = 1024
 export const DEFAULT_METRICS_CACHE_MS = 5_000
 /** 1 hour: see DUPLICATE_WINDOW_SECONDS in metrics/gauges.ts for why. */
 export const DEFAULT_DUPLICATE_WINDOW_SECONDS = 3_600
+/** 50,000 keys: see DUPLICATE_WINDOW_KEYS in metrics/gauges.ts for why. */
+export const DEFAULT_DUPLICATE_WINDOW_KEYS = 50_000
 /** One minute: expired keys are harmless (a claim treats them as new), so the purge need not hurry. */
 export const DEFAULT_PURGE_INTERVAL_MS = 60_000
 /** Relative to the working directory, like `npm start` is run from the checkout. */

@@ -83,7 +83,8 @@ export const SETTINGS = {
   METRICS_PORT: { group: 'Metrics', kind: 'port', default: undefined, rule: 'not PORT', help: 'When set, /metrics is served on this port (on METRICS_HOST) and not on PORT.' },
   METRICS_HOST: { group: 'Metrics', kind: 'text', default: undefined, unset: 'HOST', help: 'Listen address of METRICS_PORT.' },
   METRICS_CACHE_MS: { group: 'Metrics', kind: 'integer', default: d.DEFAULT_METRICS_CACHE_MS, min: 0, max: 3_600_000, help: 'The database gauges at /metrics are recomputed at most once per this many milliseconds.' },
-  METRICS_DUPLICATE_WINDOW_SECONDS: { group: 'Metrics', kind: 'integer', default: d.DEFAULT_DUPLICATE_WINDOW_SECONDS, min: 60, max: 86_400, help: 'The window of idempotency_duplicate_entities; its query reads every completion in it (about 1 s at 500,000), so shorten it above ~100 payments/s.' },
+  METRICS_DUPLICATE_WINDOW_SECONDS: { group: 'Metrics', kind: 'integer', default: d.DEFAULT_DUPLICATE_WINDOW_SECONDS, min: 60, max: 86_400, help: 'The window of idempotency_duplicate_entities, at most (METRICS_DUPLICATE_WINDOW_KEYS).' },
+  METRICS_DUPLICATE_WINDOW_KEYS: { group: 'Metrics', kind: 'integer', default: d.DEFAULT_DUPLICATE_WINDOW_KEYS, min: 1_000, max: 1_000_000, help: 'idempotency_duplicate_entities reads at most this many of the newest keys (about 3 µs each): past it the window is shorter, as idempotency_duplicate_window_seconds shows.' },
   // Payment provider
   PAYMENT_PROVIDER_URL: { group: 'Payment provider', kind: 'text', default: undefined, unset: 'the bundled simulator', required: { because: 'the bundled simulator takes no real payments' }, production: 'https://, or http:// to this host only (a sidecar that adds TLS)', help: 'Base URL of the payment provider, http:// or https://.' },
   PAYMENT_PROVIDER_PORT: { group: 'Payment provider', kind: 'port', default: d.DEFAULT_PROVIDER_PORT, anyInTests: true, help: 'Simulator: where it listens when PAYMENT_PROVIDER_URL is unset.' },

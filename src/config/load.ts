@@ -60,6 +60,7 @@ export function loadConfig(env: Env = process.env): Config {
     replayCacheEntries: take(() => integer(env, 'REPLAY_CACHE_ENTRIES'), 0),
     metricsCacheMs: take(() => integer(env, 'METRICS_CACHE_MS'), 0),
     duplicateWindowSeconds: take(() => integer(env, 'METRICS_DUPLICATE_WINDOW_SECONDS'), 0),
+    duplicateWindowKeys: take(() => integer(env, 'METRICS_DUPLICATE_WINDOW_KEYS'), 0),
     purgeIntervalMs: take(() => integer(env, 'PURGE_INTERVAL_MS'), 0),
     embeddedPort: take(() => port(env, 'EMBEDDED_PG_PORT'), 0) ?? 0,
   }

@@ -64,6 +64,8 @@ export interface Config {
   readonly metricsCacheMs: number
   /** The window of idempotency_duplicate_entities, in seconds (METRICS_DUPLICATE_WINDOW_SECONDS). */
   readonly duplicateWindowSeconds: number
+  /** The most keys idempotency_duplicate_entities reads, the newest (METRICS_DUPLICATE_WINDOW_KEYS). */
+  readonly duplicateWindowKeys: number
   /** How often each process runs the retention purge of completed keys (PURGE_INTERVAL_MS). */
   readonly purgeIntervalMs: number
   /** Data directory of the embedded PostgreSQL, used when DATABASE_URL is unset (EMBEDDED_PG_DIR, default .data/pg). */

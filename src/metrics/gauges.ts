@@ -1,5 +1,5 @@
 import { Counter, Gauge, Registry } from 'prom-client'
-import { DEFAULT_DUPLICATE_WINDOW_SECONDS } from '../config/constants'
+import { DEFAULT_DUPLICATE_WINDOW_KEYS, DEFAULT_DUPLICATE_WINDOW_SECONDS } from '../config/constants'
 import type { Sql } from '../core/types'
 import { errorText, type Logger } from '../log'
 import { ForcedExpirationTally } from './forced-expirations'
@@ -28,15 +28,22 @@ export const DEFAULT_GAUGE_TIMEOUT_MS = 1_000
  * 1 hour: a client that makes a new key per retry repeats the request within
  * seconds to minutes; an hour catches slow retry loops, and the same customer
  * paying the same amount on purpose twice within the hour is rare enough to
- * deserve a look. Its query reads every completion of the window: with
- * 512,000 in the hour it took about 1 s, its timeout (issue 40), so a service
- * that busy sets a shorter one (METRICS_DUPLICATE_WINDOW_SECONDS).
+ * deserve a look.
  */
 export const DUPLICATE_WINDOW_SECONDS = DEFAULT_DUPLICATE_WINDOW_SECONDS
 /**
- * work_mem of the duplicates query only: its hash aggregate over an hour of
- * completions needed 20 MB for 41k of them (1M keys over a day) and spilled to
- * disk in 5 batches under the default 4 MB. Beyond this it spills again
+ * 50,000 keys, the newest: the duplicates query reads at most these, so its
+ * cost stops following the traffic. Reading the whole hour took about 1 s,
+ * its timeout, at 512,000 completions (about 140 payments/s, issue 40);
+ * 50,000 take 140-170 ms on 2 cores, and cover the hour up to about 14
+ * payments/s, 8 minutes at 100/s, 50 s at 1,000/s: retries with a new key
+ * come within seconds to minutes.
+ */
+export const DUPLICATE_WINDOW_KEYS = DEFAULT_DUPLICATE_WINDOW_KEYS
+/**
+ * work_mem of the duplicates query only: its aggregate over 41k completions
+ * needed 20 MB and spilled to disk in 5 batches under the default 4 MB; its
+ * sort of the newest 50,000 keys takes 8 MB. Beyond this it spills again
  * rather than grow: the memory stays bounded, one query per interval.
  */
 const DUPLICATES_WORK_MEM = '32MB'
@@ -51,6 +58,8 @@ export interface DatabaseGaugesOptions {
   /** Statement timeout of the gauge query; on timeout the last values are served. @default 1000 */
   readonly timeoutMs?: number
   readonly duplicateWindowSeconds?: number
+  /** @default DUPLICATE_WINDOW_KEYS */
+  readonly duplicateWindowKeys?: number
   /** Tests move the clock with this. @default the database's now() */
   readonly now?: () => Date | undefined
   readonly log?: Logger
@@ -73,6 +82,7 @@ export class DatabaseGauges {
   private readonly stale: Gauge<'tenant'>
   private readonly oldest: Gauge
   private readonly duplicates: Gauge<'tenant'>
+  private readonly duplicateWindow: Gauge
   private readonly forcedExpirations: Counter<'outcome'>
   private readonly forcedTally = new ForcedExpirationTally()
   private readonly failed: Gauge<'query'>
@@ -97,8 +107,13 @@ export class DatabaseGauges {
     })
     this.duplicates = new Gauge({
       name: 'idempotency_duplicate_entities',
-      help: 'Completions in the recent window (METRICS_DUPLICATE_WINDOW_SECONDS, an hour by default) that repeat the same request (tenant, route, body) under another key: a client making a new key per retry. Global: aggregate with max.',
+      help: 'Completions in the recent window (idempotency_duplicate_window_seconds) that repeat the same request (tenant, route, body) under another key: a client making a new key per retry. Global: aggregate with max.',
       labelNames: ['tenant'],
+      registers,
+    })
+    this.duplicateWindow = new Gauge({
+      name: 'idempotency_duplicate_window_seconds',
+      help: 'The seconds of completions idempotency_duplicate_entities covered at its last refresh: METRICS_DUPLICATE_WINDOW_SECONDS, or less where they hold more than METRICS_DUPLICATE_WINDOW_KEYS keys. Global: aggregate with min.',
       registers,
     })
     // A counter read from the database (see forced-expirations.ts): the audit
@@ -135,6 +150,7 @@ export class DatabaseGauges {
     this.stale.reset()
     this.duplicates.reset()
     this.oldest.set(0)
+    this.duplicateWindow.set(options.duplicateWindowSeconds ?? DUPLICATE_WINDOW_SECONDS)
     this.zeroTenants(this.stale)
     this.zeroTenants(this.duplicates)
   }
@@ -168,7 +184,10 @@ export class DatabaseGauges {
         this.replace(this.stale, staleByTenant)
         this.oldest.set(oldestAgeSeconds)
       }),
-      this.run('duplicates', (tx) => readDuplicates(tx, window, this.options.ttlSeconds, now), (byTenant) => this.replace(this.duplicates, byTenant), DUPLICATES_WORK_MEM),
+      this.run('duplicates', (tx) => readDuplicates(tx, window, this.options.ttlSeconds, this.options.duplicateWindowKeys ?? DUPLICATE_WINDOW_KEYS, now), ({ byTenant, coveredSeconds }) => {
+        this.replace(this.duplicates, byTenant)
+        this.duplicateWindow.set(coveredSeconds)
+      }, DUPLICATES_WORK_MEM),
       this.readForcedExpirations(),
     ])
   }

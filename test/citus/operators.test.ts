@@ -186,7 +186,7 @@ test('the gauges read every shard: stale per tenant, the oldest lease, duplicate
   await sql`insert into idempotency_keys (tenant, key, method, path, fingerprint, status, completed_at, response_status, response_body)
             values ('tenant-dup', 'dup-a', 'POST', '/api/payments', ${'d'.repeat(64)}, 'done', now(), 201, '{}'),
                    ('tenant-dup', 'dup-b', 'POST', '/api/payments', ${'d'.repeat(64)}, 'done', now(), 201, '{}')`
-  expect((await readDuplicates(sql, 3600, TTL)).get('tenant-dup')).toBe(1)
+  expect((await readDuplicates(sql, 3600, TTL, 50_000)).byTenant.get('tenant-dup')).toBe(1)
   const forced = await readForcedExpirations(sql, { lo: 0n, hi: 1_000_000n, horizon: 1_000_000n, candidate: 1_000_000n })
   expect(forced.top).toBeGreaterThan(0n)
   expect(forced.rows.find((row) => row.outcome === 'expired')?.n).toBeGreaterThanOrEqual(25)

@@ -104,6 +104,27 @@ test('METRICS_DUPLICATE_WINDOW_SECONDS shortens the duplicates window: a repeat 
   }
 }, 30_000)
 
+test('METRICS_DUPLICATE_WINDOW_KEYS bounds what the duplicates query reads, and idempotency_duplicate_window_seconds says what it covered', async () => {
+  // 1,000 requests completed once each, newer than every repeat above: a service reading 1,000 keys sees none of those.
+  await db.sql`
+    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, completed_at, response_status, response_body)
+    select 'acme', 'bound-' || i, 'POST', '/api/payments', md5(i::text) || md5(i::text), 'done', now(), 201, '{}'
+      from generate_series(1, 1000) i`
+  const bounded = await startServer(db.url, { METRICS_CACHE_MS: '0', METRICS_DUPLICATE_WINDOW_KEYS: '1000' }, { provider })
+  try {
+    const hour = await (await fetch(`${server.url}/metrics`)).text()
+    const newest = await (await fetch(`${bounded.url}/metrics`)).text()
+    expect([sample(hour, 'idempotency_duplicate_entities', { tenant: 'acme' }), sample(hour, 'idempotency_duplicate_entities', { tenant: 'globex' })]).toEqual([1, 1])
+    expect(sample(hour, 'idempotency_duplicate_window_seconds')).toBe(3600)
+    expect([sample(newest, 'idempotency_duplicate_entities', { tenant: 'acme' }), sample(newest, 'idempotency_duplicate_entities', { tenant: 'globex' })]).toEqual([0, 0])
+    // The 1,000 newest keys were created within the test's own seconds.
+    expect(sample(newest, 'idempotency_duplicate_window_seconds')).toBeLessThan(600)
+  } finally {
+    await bounded.stop()
+    await db.sql`delete from idempotency_keys where key like 'bound-%'`
+  }
+}, 30_000)
+
 test('process metrics: those that hold under Bun are there, the broken ones are not', () => {
   for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'process_open_fds', 'process_start_time_seconds', 'nodejs_eventloop_lag_p99_seconds', 'nodejs_heap_size_used_bytes'])
     expect(sample(exposition, name)).toBeGreaterThan(0)

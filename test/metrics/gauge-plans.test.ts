@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { DUPLICATE_WINDOW_SECONDS } from '../../src/metrics/gauges'
+import { DUPLICATE_WINDOW_KEYS, DUPLICATE_WINDOW_SECONDS } from '../../src/metrics/gauges'
 import { DUPLICATES_SQL, duplicatesParameters, readDuplicates } from '../../src/metrics/read-duplicates'
 import { PROCESSING_GAUGES_SQL, processingGaugeParameters, readProcessingGauges } from '../../src/metrics/read-processing-gauges'
 import { createTestDatabase, type TestDatabase } from '../support/db'
@@ -24,7 +24,7 @@ beforeAll(async () => {
 }, 60_000)
 afterAll(async () => { await db?.drop() })
 
-interface PlanNode { 'Node Type': string; 'Relation Name'?: string; 'Index Name'?: string; Plans?: PlanNode[] }
+interface PlanNode { 'Node Type': string; 'Relation Name'?: string; 'Index Name'?: string; 'Scan Direction'?: string; Plans?: PlanNode[] }
 
 function nodes(plan: PlanNode): PlanNode[] {
   return [plan, ...(plan.Plans ?? []).flatMap(nodes)]
@@ -45,11 +45,22 @@ test('the stale-key and oldest-age query never reads the keys table: only the pr
   expect(scans.length).toBe(2)
 })
 
-test('the duplicates query reads only the recent window of the created_at index', async () => {
-  const scans = await scansOf(DUPLICATES_SQL, duplicatesParameters(DUPLICATE_WINDOW_SECONDS, 30, NOW))
+test('the duplicates query reads only the recent window of the created_at index, newest first, and stops at its bound', async () => {
+  const scans = await scansOf(DUPLICATES_SQL, duplicatesParameters(DUPLICATE_WINDOW_SECONDS, 30, DUPLICATE_WINDOW_KEYS, NOW))
   expect(scans.length).toBe(1)
   expect(scans[0]!['Node Type']).not.toBe('Seq Scan')
   expect(scans[0]!['Index Name']).toBe('idempotency_keys_created_at')
+  expect(scans[0]!['Scan Direction']).toBe('Backward')
+})
+
+test('past its bound the duplicates query counts the newest keys only, and says how many seconds they cover', async () => {
+  // Keys 0.432 s apart (200k over a day), and the 40 processing ones among the newest: the 2,500th newest is done key 2,460.
+  const { byTenant, coveredSeconds } = await readDuplicates(db.pools.short, DUPLICATE_WINDOW_SECONDS, 30, 2_500, NOW)
+  // Keys 1,001 and 2,001 repeat the key before them; the hour's six others (3,001 to 8,001) are past the bound.
+  expect([...byTenant.values()].reduce((sum, n) => sum + n, 0)).toBe(2)
+  expect(coveredSeconds).toBeCloseTo(2_460 * 86_400 / DONE, 3)
+  // Within the bound, the whole window.
+  expect((await readDuplicates(db.pools.short, DUPLICATE_WINDOW_SECONDS, 30, DUPLICATE_WINDOW_KEYS, NOW)).coveredSeconds).toBe(DUPLICATE_WINDOW_SECONDS)
 })
 
 test('on the seeded table the gauges count what was seeded', async () => {
@@ -59,8 +70,8 @@ test('on the seeded table the gauges count what was seeded', async () => {
   expect(oldestAgeSeconds).toBeGreaterThanOrEqual(PROCESSING * 10)
   expect(oldestAgeSeconds).toBe(PROCESSING * 10)
   // one repeat per 1000 requests over 24 h: about 200 / 24 of them in the last hour
-  const duplicates = await readDuplicates(db.pools.short, DUPLICATE_WINDOW_SECONDS, 30, NOW)
-  const total = [...duplicates.values()].reduce((sum, n) => sum + n, 0)
+  const { byTenant } = await readDuplicates(db.pools.short, DUPLICATE_WINDOW_SECONDS, 30, DUPLICATE_WINDOW_KEYS, NOW)
+  const total = [...byTenant.values()].reduce((sum, n) => sum + n, 0)
   expect(total).toBeGreaterThan(0)
   expect(total).toBeLessThan(DONE / 1000 / 24 * 2)
   // exactly: key i (i = 1001, 2001, ...) repeats key i - 1, and both completed within the window before NOW

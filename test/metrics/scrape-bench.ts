@@ -6,7 +6,7 @@
  * METRICS_CACHE_MS=0 (every scrape queries) and with the default cache, and
  * times 50 scrapes each.
  */
-import { DUPLICATE_WINDOW_SECONDS } from '../../src/metrics/gauges'
+import { DUPLICATE_WINDOW_KEYS, DUPLICATE_WINDOW_SECONDS } from '../../src/metrics/gauges'
 import { DUPLICATES_SQL, duplicatesParameters } from '../../src/metrics/read-duplicates'
 import { PROCESSING_GAUGES_SQL, processingGaugeParameters } from '../../src/metrics/read-processing-gauges'
 import { createTestDatabase } from '../support/db'
@@ -25,7 +25,7 @@ try {
   console.log(`seeded ${DONE} done + 200 processing keys in ${((performance.now() - started) / 1000).toFixed(1)} s (table with indexes: ${size})`)
 
   const explain = async (label: string) => {
-    for (const [sql, params] of [[PROCESSING_GAUGES_SQL, processingGaugeParameters()], [DUPLICATES_SQL, duplicatesParameters(DUPLICATE_WINDOW_SECONDS, 30)]] as const) {
+    for (const [sql, params] of [[PROCESSING_GAUGES_SQL, processingGaugeParameters()], [DUPLICATES_SQL, duplicatesParameters(DUPLICATE_WINDOW_SECONDS, 30, DUPLICATE_WINDOW_KEYS)]] as const) {
       // as gauges.ts runs them: the duplicates query with its own work_mem
       const rows = await db.sql.begin(async (tx) => {
         await tx`select set_config('work_mem', '32MB', true)`
