@@ -53,8 +53,8 @@ export interface PurgeTurn {
  * they purge (`purges` true) take turns: the oldest live one runs the purge at
  * the whole fifth, and the others stand by until its heartbeat goes (a clean
  * stop removes it at once, a SIGKILL is seen after PROCESS_ALIVE_SECONDS).
- * Two purges at once cleared 0.7x what one clears (BENCHMARKS.md): they
- * delete from the same oldest pages. The oldest, not any, so that a process
+ * Two purges at once cleared 0.7x to 0.92x what one clears (BENCHMARKS.md):
+ * they delete from the same oldest pages. The oldest, not any, so that a process
  * that starts does not take the turn from one in the middle of a backlog.
  * When none is live (this process's own heartbeat failing), it purges.
  */

@@ -21,7 +21,8 @@ import { errorText, type Logger } from '../log'
  * - A purge told its process's heartbeat (`processId`, the heartbeat saying
  *   `purges: true`) takes turns: the oldest such live process purges at the
  *   whole fifth, the others stand by (core/processes.ts purgeTurn). Two purges
- *   sharing by count cleared 0.7x what one clears (BENCHMARKS.md).
+ *   sharing by count cleared 0.7x what one clears on one machine, 0.92x on
+ *   another, where taking turns cleared 0.94x (BENCHMARKS.md).
  * - One not told shares the fifth by the live processes it counts
  *   (heartbeats, counted again every beat), as does a leader with such
  *   processes beside it. A process that beats without a purge says so
