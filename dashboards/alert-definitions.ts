@@ -6,7 +6,7 @@
 import { DEFAULT_METRICS_CACHE_MS, DEFAULT_TTL_SECONDS } from '../src/config'
 import { executionBudgetMs } from '../src/core/policy'
 import { DATABASE_WAIT_MS } from '../src/store/health'
-import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, providerOldestCall, providerSlowThresholdExpr, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown, tenantRefusals, unlessNotReady } from './queries'
+import { PANELS, SCRAPE_JOB, conflictRatio, duplicateEntities, gaugesRefreshFailed, jobFilter, notReady, providerOldestCall, purgeOverdue, providerSlowThresholdExpr, serverErrorRatio, SERVER_ERRORS_MIN, SERVER_ERRORS_WINDOW, staleKeys, targetsDown, tenantRefusals, unlessNotReady } from './queries'
 import { runbookUrl, type BuildSettings } from './settings'
 
 /**
@@ -82,6 +82,17 @@ export const CONFLICT_RATIO_THRESHOLD = 0.1
  * refused for a few seconds is what the limits are for, and pages nobody.
  */
 export const TENANT_REFUSALS_THRESHOLD = 1
+
+/**
+ * An hour, for 15 minutes: a purge that keeps up deletes a key within a run
+ * of its retention (a minute by default, or at once in a backlog), so an hour
+ * past it means no purge is running, its runs fail, or it clears less than
+ * arrives. 15 minutes rides out a backlog the purge is clearing (a retention
+ * just shortened: 10 M keys at 5,000 keys/s take half an hour, so that one
+ * fires, and says so). The table grows meanwhile; nothing is wrong for
+ * clients (a key past retention is new to a claim), so a ticket.
+ */
+export const PURGE_OVERDUE_THRESHOLD_SECONDS = 3_600
 
 /**
  * IdempotencyProviderSlow must fire before the first request that waits on a
@@ -350,6 +361,18 @@ export function alertsFor(job: string): readonly AlertDefinition[] {
     adminPath: `/admin?tenant=${TENANT}`,
     summary: (v) => `Tenant ${TENANT}: {{ ${v} }} request(s) completed again under a new idempotency key`,
     description: (v) => `In the recent window (METRICS_DUPLICATE_WINDOW_SECONDS, an hour by default) {{ ${v} }} completion(s) of tenant ${TENANT} repeat an earlier request (same route and body) under a different key: that client makes a new key per retry, so idempotency cannot protect it from paying twice.`,
+  },
+  {
+    uid: 'idem-purge-overdue',
+    name: 'IdempotencyPurgeBehind',
+    expr: purgeOverdue(ours, ['job']),
+    threshold: PURGE_OVERDUE_THRESHOLD_SECONDS,
+    for: '15m',
+    severity: 'ticket',
+    panel: PANELS.purgeOverdue,
+    adminPath: '/admin/confirm/purge',
+    summary: (v) => `The retention purge of job {{ $labels.job }} is {{ ${v} | humanizeDuration }} behind`,
+    description: (v) => `For 15 minutes the next key the retention purge deletes has waited over ${PURGE_OVERDUE_THRESHOLD_SECONDS / 3600} hour past its retention (now {{ ${v} | humanizeDuration }}): no process runs the purge, the purging process's runs fail, or it clears less than arrives. The key table grows meanwhile; clients see nothing (a key past retention is new to a claim). The purging process logs why ("retention purge failed"); the admin page's purge deletes them now.`,
   },
   {
     uid: 'idem-gauges-refresh-failed',

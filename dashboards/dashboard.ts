@@ -3,9 +3,9 @@ import * as dashboard from '@grafana/grafana-foundation-sdk/dashboard'
 import * as prometheus from '@grafana/grafana-foundation-sdk/prometheus'
 import * as stat from '@grafana/grafana-foundation-sdk/stat'
 import * as timeseries from '@grafana/grafana-foundation-sdk/timeseries'
-import { CONFLICT_RATIO_THRESHOLD, OUTAGE_FOR_SECONDS, PROVIDER_DEADLINE_SHARE_OF_TTL, PROVIDER_SLOW_HEADROOM_SECONDS, PROVIDER_SLOW_MIN_SECONDS, PROVIDER_SLOW_SECONDS, SERVER_ERRORS_THRESHOLD, STALE_KEYS_FOR_SECONDS, TENANT_REFUSALS_THRESHOLD } from './alert-definitions'
+import { CONFLICT_RATIO_THRESHOLD, OUTAGE_FOR_SECONDS, PROVIDER_DEADLINE_SHARE_OF_TTL, PROVIDER_SLOW_HEADROOM_SECONDS, PROVIDER_SLOW_MIN_SECONDS, PROVIDER_SLOW_SECONDS, PURGE_OVERDUE_THRESHOLD_SECONDS, SERVER_ERRORS_THRESHOLD, STALE_KEYS_FOR_SECONDS, TENANT_REFUSALS_THRESHOLD } from './alert-definitions'
 import {
-  PANELS, SELECTED, TTL, conflictRatio, duplicateEntities, forcedExpirations, gaugesRefreshFailed,
+  PANELS, SELECTED, TTL, conflictRatio, duplicateEntities, forcedExpirations, gaugesRefreshFailed, purgeOverdue,
   latencyQuantile, notReady, oldestProcessingAge, outcomes, providerOldestCall, providerSlowThresholdExpr, serverErrorRatio, staleKeys, tenantRefusals,
 } from './queries'
 import { DEFAULT_SETTINGS, type BuildSettings } from './settings'
@@ -162,6 +162,11 @@ export function buildDashboard(settings: BuildSettings = DEFAULT_SETTINGS): dash
       .withTarget(query(forcedExpirations(SELECTED), 'force-expire {{outcome}}', 'D')))
     .withPanel(graph('Purged keys', 'Completed keys deleted after their retention, per second.', 'ops')
       .withTarget(query(`sum(rate(idempotency_purged_keys_total{${SELECTED}}[$__rate_interval]))`, 'purged')))
+    .withPanel(graph(PANELS.purgeOverdue, `How long past its retention the next key the purge deletes has waited: near 0 while the purge keeps up. The ticket alert fires above ${PURGE_OVERDUE_THRESHOLD_SECONDS / 3600} hour for 15 minutes.`, 's')
+      .min(0)
+      .thresholdsStyle(new common.GraphThresholdsStyleConfigBuilder().mode(common.GraphThresholdsStyleMode.Line))
+      .thresholds(thresholds([null, 'green'], [PURGE_OVERDUE_THRESHOLD_SECONDS, 'red']))
+      .withTarget(query(purgeOverdue(SELECTED), 'overdue')))
     .withPanel(graph('HTTP answers by status', 'Every answer of the service, 4xx from auth and validation included.', 'reqps')
       .withTarget(query(`sum by (status) (rate(http_requests_total{${SELECTED}}[$__rate_interval]))`, '{{status}}')))
     .withPanel(graph(PANELS.gaugeRefresh, '1 when the last run of a database query behind /metrics failed or timed out (its gauges then show older values), by query.', 'none')

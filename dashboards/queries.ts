@@ -46,6 +46,7 @@ export const PANELS = {
   ready: 'Database reachable (readiness)',
   refusalsByTenant: 'Refusals by tenant',
   providerInFlight: 'Provider calls in flight',
+  purgeOverdue: 'Purge overdue',
 } as const
 
 /** The TTL the servers run with (the same on every instance: max). Thresholds and alert texts read it. */
@@ -139,6 +140,11 @@ export function oldestProcessingAge(filter: string): string {
 
 export function duplicateEntities(filter: string, by: readonly string[] = ['tenant']): string {
   return `${aggregate('max', by)}idempotency_duplicate_entities${matchers(filter)})`
+}
+
+/** How long past its retention the next key the purge deletes has waited (the same from every instance: max). */
+export function purgeOverdue(filter: string, by: readonly string[] = []): string {
+  return `${aggregate('max', by)}idempotency_purge_overdue_seconds${matchers(filter)})`
 }
 
 export function gaugesRefreshFailed(filter: string, by: readonly string[] = ['query']): string {

@@ -96,7 +96,7 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   const metrics = createMetrics(undefined, { ttlSeconds: config.ttlSeconds })
   collectProcessMetrics(metrics.registry)
   const removeLastResort = installLastResort(metrics.registry)
-  const gauges = new DatabaseGauges({ sql: pools.short, ttlSeconds: config.ttlSeconds, tenants: [...new Set(config.apiKeys.values())], cacheMs: config.metricsCacheMs, duplicateWindowSeconds: config.duplicateWindowSeconds, duplicateWindowKeys: config.duplicateWindowKeys, log })
+  const gauges = new DatabaseGauges({ sql: pools.short, ttlSeconds: config.ttlSeconds, retentionSeconds: config.retentionSeconds, tenants: [...new Set(config.apiKeys.values())], cacheMs: config.metricsCacheMs, duplicateWindowSeconds: config.duplicateWindowSeconds, duplicateWindowKeys: config.duplicateWindowKeys, log })
   const cluster = config.workers > 1 && ClusterMetrics.available() ? new ClusterMetrics(metrics.registry) : undefined
   const inFlight = new InFlight()
   const health = new DatabaseHealth(database, `idempotent-post:${process.pid}:health`, { pgbouncer: config.databasePgbouncer })

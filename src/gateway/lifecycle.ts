@@ -46,7 +46,7 @@ export async function runGateway(config: GatewayConfig, databaseUrl: string, opt
   for (const route of config.routes) primeRoute(metrics, route.name, route.methods[0])
   const removeLastResort = installLastResort(metrics.registry)
   const inFlight = new InFlight()
-  const gauges = new DatabaseGauges({ sql: pools.short, ttlSeconds: config.ttlSeconds, log })
+  const gauges = new DatabaseGauges({ sql: pools.short, ttlSeconds: config.ttlSeconds, retentionSeconds: config.retentionSeconds, log })
   // Operator commands apply the server's TTL and retention (core/settings.ts).
   await recordServerSettings(pools.short, config, (line) => log.warn(line))
   const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds(), schemaKnown: knownVersions(), purges: true })

@@ -1,15 +1,16 @@
 import { Counter, Gauge, Registry } from 'prom-client'
-import { DEFAULT_DUPLICATE_WINDOW_KEYS, DEFAULT_DUPLICATE_WINDOW_SECONDS } from '../config/constants'
+import { DEFAULT_DUPLICATE_WINDOW_KEYS, DEFAULT_DUPLICATE_WINDOW_SECONDS, DEFAULT_RETENTION_SECONDS } from '../config/constants'
 import type { Sql } from '../core/types'
 import { errorText, type Logger } from '../log'
 import { ForcedExpirationTally } from './forced-expirations'
 import { readDuplicates } from './read-duplicates'
 import { readForcedExpirations } from './read-forced-expirations'
 import { readProcessingGauges } from './read-processing-gauges'
+import { readPurgeOverdue } from './read-purge-overdue'
 
 /** The database queries, refreshed and timed out independently (a slow duplicates scan never blinds the stale-key alert). */
-type Query = 'processing' | 'duplicates' | 'forced_expirations'
-const QUERIES: readonly Query[] = ['processing', 'duplicates', 'forced_expirations']
+type Query = 'processing' | 'duplicates' | 'forced_expirations' | 'purge'
+const QUERIES: readonly Query[] = ['processing', 'duplicates', 'forced_expirations', 'purge']
 
 /**
  * 5 s: Prometheus scrapes every 15 s to 1 min, so a scrape never sees values
@@ -51,6 +52,8 @@ const DUPLICATES_WORK_MEM = '32MB'
 export interface DatabaseGaugesOptions {
   readonly sql: Sql
   readonly ttlSeconds: number
+  /** The retention the purge deletes keys past (idempotency_purge_overdue_seconds). @default DEFAULT_RETENTION_SECONDS */
+  readonly retentionSeconds?: number
   /** Tenants that always get a series (0 when nothing is wrong), so alerts see a value, not an absence. */
   readonly tenants?: readonly string[]
   /** Refresh from the database at most once per this many ms, however many scrapers ask. @default 5000 */
@@ -83,6 +86,7 @@ export class DatabaseGauges {
   private readonly oldest: Gauge
   private readonly duplicates: Gauge<'tenant'>
   private readonly duplicateWindow: Gauge
+  private readonly purgeOverdue: Gauge
   private readonly forcedExpirations: Counter<'outcome'>
   private readonly forcedTally = new ForcedExpirationTally()
   private readonly failed: Gauge<'query'>
@@ -114,6 +118,11 @@ export class DatabaseGauges {
     this.duplicateWindow = new Gauge({
       name: 'idempotency_duplicate_window_seconds',
       help: 'The seconds of completions idempotency_duplicate_entities covered at its last refresh: METRICS_DUPLICATE_WINDOW_SECONDS, or less where they hold more than METRICS_DUPLICATE_WINDOW_KEYS keys. Global: aggregate with min.',
+      registers,
+    })
+    this.purgeOverdue = new Gauge({
+      name: 'idempotency_purge_overdue_seconds',
+      help: 'How long past its retention the next key the purge deletes has waited, 0 when none: the purge is behind or stopped where this grows. Global: aggregate with max.',
       registers,
     })
     // A counter read from the database (see forced-expirations.ts): the audit
@@ -189,6 +198,7 @@ export class DatabaseGauges {
         this.duplicateWindow.set(coveredSeconds)
       }, DUPLICATES_WORK_MEM),
       this.readForcedExpirations(),
+      this.run('purge', (tx) => readPurgeOverdue(tx, this.options.retentionSeconds ?? DEFAULT_RETENTION_SECONDS, now), (overdue) => this.purgeOverdue.set(overdue)),
     ])
   }
 

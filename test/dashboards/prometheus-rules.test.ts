@@ -55,7 +55,7 @@ test('the Grafana rules and the Prometheus rules are the same alerts with the sa
   const fromPrometheus = prometheus.groups.flatMap((group: any) => group.rules.map((rule: any) => ({ group: group.name, alert: rule.alert, expr: rule.expr, for: rule.for, severity: rule.labels.severity, op: 'gt' })))
   expect(fromGrafana).toEqual(fromPrometheus)
   expect(fromPrometheus.map((rule: any) => rule.alert)).toEqual([
-    'IdempotencyStaleProcessingKeys', 'IdempotencyConflictRatioHigh', 'IdempotencyDuplicateEntities', 'IdempotencyGaugesRefreshFailing', 'IdempotencyTargetDown',
+    'IdempotencyStaleProcessingKeys', 'IdempotencyConflictRatioHigh', 'IdempotencyDuplicateEntities', 'IdempotencyPurgeBehind', 'IdempotencyGaugesRefreshFailing', 'IdempotencyTargetDown',
     'IdempotencyServerErrorsHigh', 'IdempotencyTenantHeldAtLimit', 'IdempotencyNotReady', 'IdempotencyProviderSlow',
   ])
 })

@@ -343,3 +343,18 @@ test('two servers take turns: the younger stands by while the older purges, and 
     await Promise.all([olderStopped ? undefined : older.stop(), younger.stop()])
   }
 }, 60_000)
+
+test('a server that does not purge shows it: idempotency_purge_overdue_seconds grows with the keys past its retention', async () => {
+  await db.sql`delete from idempotency_keys`
+  // Its purge an hour away, its retention a minute: a key completed ten minutes ago waits nine past it.
+  const server = await startServer(db.url, { IDEMPOTENCY_RETENTION_SECONDS: '60', PURGE_INTERVAL_MS: '3600000', METRICS_CACHE_MS: '0' })
+  try {
+    await seedDone('overdue-', 1, 600)
+    const text = await (await fetch(`${server.url}/metrics`)).text()
+    const overdue = Number(/\nidempotency_purge_overdue_seconds (\S+)/.exec(text)?.[1])
+    expect(overdue).toBeGreaterThanOrEqual(540)
+    expect(overdue).toBeLessThan(600)
+  } finally {
+    await server.stop()
+  }
+}, 30_000)

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { DUPLICATE_WINDOW_KEYS, DUPLICATE_WINDOW_SECONDS } from '../../src/metrics/gauges'
 import { DUPLICATES_SQL, duplicatesParameters, readDuplicates } from '../../src/metrics/read-duplicates'
 import { PROCESSING_GAUGES_SQL, processingGaugeParameters, readProcessingGauges } from '../../src/metrics/read-processing-gauges'
+import { PURGE_OVERDUE_SQL, purgeOverdueParameters, readPurgeOverdue } from '../../src/metrics/read-purge-overdue'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { seedKeys } from './seed'
 
@@ -61,6 +62,16 @@ test('past its bound the duplicates query counts the newest keys only, and says 
   expect(coveredSeconds).toBeCloseTo(2_460 * 86_400 / DONE, 3)
   // Within the bound, the whole window.
   expect((await readDuplicates(db.pools.short, DUPLICATE_WINDOW_SECONDS, 30, DUPLICATE_WINDOW_KEYS, NOW)).coveredSeconds).toBe(DUPLICATE_WINDOW_SECONDS)
+})
+
+test('the purge-overdue query reads the created_at index from the oldest, and stops at the first key past retention', async () => {
+  for (const retention of [3_600, 86_400]) {
+    const scans = await scansOf(PURGE_OVERDUE_SQL, purgeOverdueParameters(retention, NOW))
+    expect(scans.map((scan) => [scan['Node Type'], scan['Index Name'], scan['Scan Direction']])).toEqual([['Index Scan', 'idempotency_keys_created_at', 'Forward']])
+  }
+  // Keys 0.432 s apart over the day before NOW: with an hour's retention the oldest (a day old) is 82,800 s past it.
+  expect(await readPurgeOverdue(db.pools.short, 3_600, NOW)).toBeCloseTo(86_400 - 3_600, 0)
+  expect(await readPurgeOverdue(db.pools.short, 86_400 * 2, NOW)).toBe(0)
 })
 
 test('on the seeded table the gauges count what was seeded', async () => {

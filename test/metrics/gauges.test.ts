@@ -113,3 +113,20 @@ test('a database that does not answer in time: the scrape answers with the last 
   expect(sample(recovered, 'idempotency_gauges_refresh_failed', { query: 'processing' })).toBe(0)
   expect(sample(recovered, 'idempotency_gauges_last_success_timestamp_seconds', { query: 'processing' })).toBeGreaterThan(0)
 })
+
+test('the purge\'s overdue seconds: how long past its retention the next key the purge deletes (the oldest created) has waited; 0 when none', async () => {
+  const retention = 3600
+  const overdue = async () => sample(await scrape(gauges({ retentionSeconds: retention })), 'idempotency_purge_overdue_seconds')
+  expect(await overdue()).toBe(0)
+  // Created before the cut-off but completed within the retention: not past it yet, though the oldest.
+  await createKey(db.sql, identity({ key: 'late' }), { status: 'done', lockedAt: ago(retention + 500), completedAt: ago(retention - 10) })
+  // Stuck in processing since long ago: the purge never deletes it.
+  await createKey(db.sql, identity({ key: 'stuck' }), { status: 'processing', lockedAt: ago(retention + 1000) })
+  expect(await overdue()).toBe(0)
+  await createKey(db.sql, identity({ key: 'next' }), { status: 'done', lockedAt: ago(retention + 200), completedAt: ago(retention + 120) })
+  await createKey(db.sql, identity({ key: 'after' }), { status: 'done', lockedAt: ago(retention + 150), completedAt: ago(retention + 140) })
+  expect(await overdue()).toBe(120)
+  await db.sql`delete from idempotency_keys where key = 'next'`
+  expect(await overdue()).toBe(140)
+  expect(sample(await scrape(gauges({ retentionSeconds: retention })), 'idempotency_gauges_refresh_failed', { query: 'purge' })).toBe(0)
+})
