@@ -16,6 +16,7 @@ import { purgeExpired } from '../../src/core/purge'
 import { readDuplicates } from '../../src/metrics/read-duplicates'
 import { readForcedExpirations } from '../../src/metrics/read-forced-expirations'
 import { readProcessingGauges } from '../../src/metrics/read-processing-gauges'
+import { readPurgeOverdue } from '../../src/metrics/read-purge-overdue'
 import { operations } from '../../src/operations'
 import { writeServerSettings } from '../../src/core/settings'
 import { startRetentionPurge } from '../../src/maintenance/retention-purge'
@@ -187,6 +188,10 @@ test('the gauges read every shard: stale per tenant, the oldest lease, duplicate
             values ('tenant-dup', 'dup-a', 'POST', '/api/payments', ${'d'.repeat(64)}, 'done', now(), 201, '{}'),
                    ('tenant-dup', 'dup-b', 'POST', '/api/payments', ${'d'.repeat(64)}, 'done', now(), 201, '{}')`
   expect((await readDuplicates(sql, 3600, TTL, 50_000)).byTenant.get('tenant-dup')).toBe(1)
+  // A key completed 30 days ago (the oldest here), on its tenant's shard, past a retention of a minute: the purge's overdue seconds see it.
+  await sql`insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at, response_status, response_body)
+            values ('tenant-old', 'old-a', 'POST', '/api/payments', ${'e'.repeat(64)}, 'done', now() - interval '30 days', now() - interval '30 days', now() - interval '30 days', 201, '{}')`
+  expect(await readPurgeOverdue(sql, 60)).toBeGreaterThanOrEqual(30 * 86_400 - 60)
   const forced = await readForcedExpirations(sql, { lo: 0n, hi: 1_000_000n, horizon: 1_000_000n, candidate: 1_000_000n })
   expect(forced.top).toBeGreaterThan(0n)
   expect(forced.rows.find((row) => row.outcome === 'expired')?.n).toBeGreaterThanOrEqual(25)
