@@ -104,7 +104,8 @@ export function ConfirmPurgePage(props: { operator: Operator; preview: PurgePrev
       </p>
       <p>
         They are deleted. None of them is replayed any more: a retry with one of these keys already counts as a new
-        request. The background purge would delete them within a minute anyway; this only does it now.
+        request. While the background purge keeps up it deletes them within a minute; when it is behind
+        (IdempotencyPurgeBehind), this deletes them now, from this process.
       </p>
       <form method="post" action="/admin/purge" class="bar">
         <input type="hidden" name="csrf" value={escapeHtml(operator.csrf)} />
