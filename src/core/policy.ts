@@ -219,3 +219,8 @@ export const isExpiredAge = (ageSeconds: number, retentionSeconds: number): bool
 export function retentionEndOf(at: Date, retentionSeconds: number): Date {
   return new Date(at.getTime() + retentionSeconds * 1000)
 }
+
+/** retentionEndOf in SQL, over key row `k` (done or released), given the allowed seconds as an SQL expression. */
+export function retentionEndText(seconds: string): string {
+  return `(coalesce(k.completed_at, k.released_at) + make_interval(secs => ${seconds}))`
+}

@@ -1,4 +1,4 @@
-import { cutoffText } from '../core/policy'
+import { cutoffText, retentionEndText } from '../core/policy'
 import type { Sql } from '../core/types'
 
 const NOW = 'coalesce($1::timestamptz, now())'
@@ -26,7 +26,7 @@ const NOW = 'coalesce($1::timestamptz, now())'
  * timeout (gauges.ts).
  */
 export const PURGE_OVERDUE_SQL = `
-  select coalesce(max(extract(epoch from ${NOW} - make_interval(secs => $2::float8) - coalesce(k.completed_at, k.released_at))), 0)::float8 as overdue
+  select coalesce(max(extract(epoch from ${NOW} - ${retentionEndText('$2::float8')})), 0)::float8 as overdue
     from (select k.completed_at, k.released_at
             from idempotency_keys k
            where ${cutoffText('retentionCandidate', NOW, '$2::float8')}
