@@ -90,9 +90,10 @@ export interface RetentionPurge {
  * The retention purge: every interval, deletes completed and released keys
  * past `retentionSeconds` in small batches with short pauses (core/purge.ts).
  * Start one in every process that serves idempotent routes, with their
- * retention, and stop it before closing the pools. SKIP LOCKED lets several
- * run at once without waiting on each other, and a random first delay spreads
- * them out.
+ * retention, and stop it before closing the pools. Told its heartbeat
+ * (`processId`), it runs only on its process's turn (PURGE_SHARE above);
+ * where several run at once SKIP LOCKED keeps them from waiting on each
+ * other, and a random first delay spreads them out.
  */
 export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPurge {
   const intervalMs = options.intervalMs ?? DEFAULT_PURGE_INTERVAL_MS
