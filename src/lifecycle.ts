@@ -107,7 +107,7 @@ export async function runServer(config: Config, databaseUrl: string, options: Ru
   warnOnChangedSettings(log, previous, config)
   // One heartbeat row for this process: how force-expire tells a live owner from a dead one.
   // It lists the leases this process works on (per-request liveness, core/processes.ts).
-  const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds(), schemaKnown: knownVersions(), purges: true })
+  const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds(), schemaKnown: knownVersions(), purges: true, retentionSeconds: config.retentionSeconds })
   const scrapes = new Scrapes()
   const deps = { config, pools, metrics, gauges, inFlight, health, scrapes, owner: () => heartbeat.id, ...(cluster ? { cluster } : {}) }
   const app = buildApp(deps)

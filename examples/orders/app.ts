@@ -44,7 +44,7 @@ export async function createOrdersApp({ databaseUrl, warehouseUrl, apiKeys }: Or
   // This process's heartbeat, listing the requests it runs: an operator can then tell
   // a dead worker's key from a live one's, and force-expire it before its TTL.
   const inFlight = new InFlight()
-  const heartbeat = await startHeartbeat(pools.short, { leases: () => inFlight.leaseIds(), purges: true })
+  const heartbeat = await startHeartbeat(pools.short, { leases: () => inFlight.leaseIds(), purges: true, retentionSeconds: RETENTION_SECONDS })
   // Deletes the keys past their retention in the background; without it they stay forever.
   // Told the heartbeat, it takes turns with the other processes that purge: one purges at a time.
   const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: RETENTION_SECONDS, processId: heartbeat.id })

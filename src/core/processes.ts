@@ -32,12 +32,19 @@ export function processAlive(sql: Sql) {
  * How many live processes run the retention purge, which share one
  * connection's time among them: those with a fresh heartbeat that did not say
  * they beat without one (`purges` false). A process of an earlier release, or
- * one that does not say, counts as purging.
+ * one that does not say, counts as purging. With the longest retention a live
+ * process keeps keys for (keptRetentionSeconds).
  */
-export async function purgingProcessCount(sql: Sql): Promise<number> {
-  const [row] = await sql<{ n: number }[]>`
-    select count(*)::int as n from idempotency_processes p where ${processAlive(sql)} and p.purges is not false`
-  return row?.n ?? 0
+export async function purgingProcessCount(sql: Sql): Promise<{ purgers: number; longestRetention: number | null }> {
+  const [row] = await sql<{ n: number; longest: number | null }[]>`
+    select (select count(*)::int from idempotency_processes p where ${processAlive(sql)} and p.purges is not false) as n,
+           ${longestRetention(sql)} as longest`
+  return { purgers: row?.n ?? 0, longestRetention: row?.longest ?? null }
+}
+
+/** SQL: the longest retention a live process's heartbeat says, or null. */
+function longestRetention(sql: Sql) {
+  return sql`(select max(p.retention_seconds)::int from idempotency_processes p where ${processAlive(sql)})`
 }
 
 /** Whose turn it is to purge, as one process sees it (purgeTurn). */
@@ -46,6 +53,8 @@ export interface PurgeTurn {
   readonly leads: boolean
   /** The purges running at once, this one included, when it leads: it and the processes that do not say whether they purge (an earlier release's, or an app's heartbeat without `purges`), which share by count. */
   readonly purgers: number
+  /** The longest retention a live process said it keeps keys for (its heartbeat's), or null when none said. */
+  readonly longestRetention: number | null
 }
 
 /**
@@ -59,12 +68,35 @@ export interface PurgeTurn {
  * When none is live (this process's own heartbeat failing), it purges.
  */
 export async function purgeTurn(sql: Sql, id: string): Promise<PurgeTurn> {
-  const [row] = await sql<{ leader: string | null; unsaid: number }[]>`
+  const [row] = await sql<{ leader: string | null; unsaid: number; longest: number | null }[]>`
     select (select p.id::text from idempotency_processes p where ${processAlive(sql)} and p.purges
              order by p.started_at, p.id limit 1) as leader,
-           (select count(*)::int from idempotency_processes p where ${processAlive(sql)} and p.purges is null and p.id <> ${id}::uuid) as unsaid`
+           (select count(*)::int from idempotency_processes p where ${processAlive(sql)} and p.purges is null and p.id <> ${id}::uuid) as unsaid,
+           ${longestRetention(sql)} as longest`
   const leads = row?.leader == null || row.leader === id
-  return { leads, purgers: leads ? 1 + (row?.unsaid ?? 0) : 0 }
+  return { leads, purgers: leads ? 1 + (row?.unsaid ?? 0) : 0, longestRetention: row?.longest ?? null }
+}
+
+/**
+ * The retention a purge deletes keys past: `retentionSeconds` (this process's,
+ * or the one the server recorded for an operator), or the longest a live
+ * process keeps keys for, if longer. Processes with different retentions on
+ * one database (a gateway beside the service, two apps on the plugin) share
+ * one key table, and each one's claims replay a key for as long as its own
+ * retention says: a purge by the shorter deleted the others' keys while they
+ * still promised to replay them, and their next retry paid again. Keys then
+ * stay as long as the longest says; each claim still judges by its own.
+ * Processes of earlier releases, and apps whose heartbeat does not say, are
+ * not known: give them the same retention.
+ */
+export function keptRetentionSeconds(retentionSeconds: number, longestRetention: number | null): number {
+  return Math.max(retentionSeconds, longestRetention ?? 0)
+}
+
+/** keptRetentionSeconds, with the live processes read now. */
+export async function readKeptRetentionSeconds(sql: Sql, retentionSeconds: number): Promise<number> {
+  const [row] = await sql<{ longest: number | null }[]>`select ${longestRetention(sql)} as longest`
+  return keptRetentionSeconds(retentionSeconds, row?.longest ?? null)
 }
 
 export interface ProcessHeartbeat {
@@ -95,6 +127,12 @@ export interface HeartbeatOptions {
    * that fifth it never uses. @default unsaid, counted as purging
    */
   readonly purges?: boolean
+  /**
+   * How long this process's routes replay a completed key (their
+   * retentionSeconds): a purge of any process on the database keeps keys at
+   * least that long (keptRetentionSeconds). @default unsaid
+   */
+  readonly retentionSeconds?: number
 }
 
 /** The heartbeat's row, as this process writes it. */
@@ -104,6 +142,7 @@ interface ProcessRow {
   readonly hostname: string
   readonly schemaKnown: string | null
   readonly purges: boolean | null
+  readonly retentionSeconds: number | null
 }
 
 /**
@@ -120,12 +159,14 @@ export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): 
   const row: ProcessRow = {
     id, pid: process.pid, hostname: hostname().slice(0, 255) || 'unknown',
     schemaKnown: options.schemaKnown ? JSON.stringify(options.schemaKnown) : null, purges: options.purges ?? null,
+    // A whole number of seconds within the column's range, or unsaid: a retention the row cannot hold never fails the start.
+    retentionSeconds: options.retentionSeconds !== undefined && options.retentionSeconds > 0 ? Math.min(Math.ceil(options.retentionSeconds), 2 ** 31 - 1) : null,
   }
   const onEveryNode = await requestPathForm(sql) === 'functions'
   if (onEveryNode) await beatOnEveryNode(sql, row, [])
   else await sql`
-    insert into idempotency_processes (id, pid, hostname, schema_known, purges)
-    values (${row.id}, ${row.pid}, ${row.hostname}, ${row.schemaKnown}::jsonb, ${row.purges}::boolean)`
+    insert into idempotency_processes (id, pid, hostname, schema_known, purges, retention_seconds)
+    values (${row.id}, ${row.pid}, ${row.hostname}, ${row.schemaKnown}::jsonb, ${row.purges}::boolean, ${row.retentionSeconds}::int)`
   // Rows of processes gone for a day are of no use to anyone.
   await sql`delete from idempotency_processes where heartbeat_at < now() - interval '1 day'`.catch(() => undefined)
   let failing = false
@@ -189,10 +230,10 @@ export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): 
 async function beatOnEveryNode(sql: Sql, row: ProcessRow, leases: readonly string[]): Promise<void> {
   // run_command_on_placements puts the copy's name for every %s of the text: the host name must bring none.
   await onPlacements(sql, sql`format(
-    'insert into %s as p (id, pid, hostname, schema_known, purges, leases) values (%L, %L, %L, %L::jsonb, %L::boolean, %L::bigint[])
+    'insert into %s as p (id, pid, hostname, schema_known, purges, retention_seconds, leases) values (%L, %L, %L, %L::jsonb, %L::boolean, %L::int, %L::bigint[])
      on conflict (id) do update set leases = excluded.leases, leases_as_of = p.heartbeat_at, heartbeat_at = now()',
     '%s', ${row.id}::text, ${row.pid}::text, ${row.hostname.replaceAll('%', '_')}::text, ${row.schemaKnown}::text,
-    ${row.purges === null ? null : String(row.purges)}::text, ${pgTextArray(leases)}::text)`)
+    ${row.purges === null ? null : String(row.purges)}::text, ${row.retentionSeconds === null ? null : String(row.retentionSeconds)}::text, ${pgTextArray(leases)}::text)`)
 }
 
 /** How long a node may take to accept the heartbeat's connection: a stopped one refuses at once, a hung one would hold the beat for citus.node_connection_timeout (30 s). */

@@ -49,7 +49,7 @@ export async function runGateway(config: GatewayConfig, databaseUrl: string, opt
   const gauges = new DatabaseGauges({ sql: pools.short, ttlSeconds: config.ttlSeconds, retentionSeconds: config.retentionSeconds, log })
   // Operator commands apply the server's TTL and retention (core/settings.ts).
   await recordServerSettings(pools.short, config, (line) => log.warn(line))
-  const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds(), schemaKnown: knownVersions(), purges: true })
+  const heartbeat = await startHeartbeat(pools.short, { log: (line) => log.warn(line), leases: () => inFlight.leaseIds(), schemaKnown: knownVersions(), purges: true, retentionSeconds: config.retentionSeconds })
   const handle = gatewayFetch({ config, pools, metrics, gatewayMetrics: gatewayMetrics(metrics.registry, names), gauges, inFlight, owner: () => heartbeat.id, log })
   const server = serveGateway(handle, { hostname: config.host, port: config.port, log })
   const purge = startRetentionPurge({ sql: pools.short, retentionSeconds: config.retentionSeconds, processId: heartbeat.id, onPurged: (deleted) => metrics.purgedKeys.inc(deleted), log })

@@ -1,5 +1,5 @@
 import { DEFAULT_PURGE_INTERVAL_MS } from '../config'
-import { HEARTBEAT_INTERVAL_MS, purgeTurn, purgingProcessCount, type PurgeTurn } from '../core/processes'
+import { HEARTBEAT_INTERVAL_MS, keptRetentionSeconds, purgeTurn, purgingProcessCount, type PurgeTurn } from '../core/processes'
 import { purgeExpiredBatch, PURGE_BATCH_SIZE } from '../core/purge'
 import type { Sql } from '../core/types'
 import { errorText, type Logger } from '../log'
@@ -50,7 +50,11 @@ const BATCHES_PER_RUN = 500
 
 export interface RetentionPurgeOptions {
   readonly sql: Sql
-  /** The routes' retentionSeconds: a completed or released key is deleted once past it. */
+  /**
+   * The routes' retentionSeconds (the longest of them): a completed or
+   * released key is deleted once past it, or past the longest retention a
+   * live process's heartbeat says, if longer (core/processes.ts keptRetentionSeconds).
+   */
   readonly retentionSeconds: number
   /** Hears how many keys each batch deleted (the service counts idempotency_purged_keys_total with it). */
   readonly onPurged?: ((deleted: number) => void) | undefined
@@ -107,11 +111,13 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
   let backlogFrom: Date | undefined
   let backlog = false
   /** Whether this purge runs, the live processes purging beside it (it included), and when they were counted (by `clock`). */
-  let turn: PurgeTurn = { leads: true, purgers: 1 }
+  let turn: PurgeTurn = { leads: true, purgers: 1, longestRetention: null }
+  /** The retention the last batch deleted by, so that a change is said once. */
+  let keptBy = options.retentionSeconds
   let countedAt = -Infinity
   const { processId } = options
   const recount = (): Promise<PurgeTurn> => processId === undefined
-    ? purgingProcessCount(options.sql).then((purgers) => ({ leads: true, purgers }))
+    ? purgingProcessCount(options.sql).then(({ purgers, longestRetention }) => ({ leads: true, purgers, longestRetention }))
     : purgeTurn(options.sql, processId)
 
   async function purgeRun(): Promise<number> {
@@ -134,8 +140,16 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
         if (leading !== turn.leads) options.log?.info(turn.leads ? 'retention purge: this process purges now' : 'retention purge: another process purges; this one stands by', { purge_leads: turn.leads })
       }
       if (!turn.leads) break
+      const retentionSeconds = keptRetentionSeconds(options.retentionSeconds, turn.longestRetention)
+      if (retentionSeconds !== keptBy) {
+        options.log?.info(retentionSeconds === options.retentionSeconds
+          ? `retention purge: deletes keys past this process's retention (${retentionSeconds} s) again`
+          : `retention purge: a live process keeps keys for ${retentionSeconds} s, longer than this process's ${options.retentionSeconds} s; deleting past the longer`,
+        { retention_seconds: retentionSeconds })
+        keptBy = retentionSeconds
+      }
       const started = clock()
-      const { deleted, through } = await purgeExpiredBatch(options.sql, { retentionSeconds: options.retentionSeconds, batchSize, now: options.now?.(), from })
+      const { deleted, through } = await purgeExpiredBatch(options.sql, { retentionSeconds, batchSize, now: options.now?.(), from })
       const batchMs = clock() - started
       from = through ?? from
       total += deleted

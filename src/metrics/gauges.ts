@@ -1,5 +1,6 @@
 import { Counter, Gauge, Registry } from 'prom-client'
 import { DEFAULT_DUPLICATE_WINDOW_KEYS, DEFAULT_DUPLICATE_WINDOW_SECONDS, DEFAULT_RETENTION_SECONDS } from '../config/constants'
+import { readKeptRetentionSeconds } from '../core/processes'
 import type { Sql } from '../core/types'
 import { errorText, type Logger } from '../log'
 import { ForcedExpirationTally } from './forced-expirations'
@@ -52,7 +53,7 @@ const DUPLICATES_WORK_MEM = '32MB'
 export interface DatabaseGaugesOptions {
   readonly sql: Sql
   readonly ttlSeconds: number
-  /** The retention the purge deletes keys past (idempotency_purge_overdue_seconds). @default DEFAULT_RETENTION_SECONDS */
+  /** The retention the purge deletes keys past (idempotency_purge_overdue_seconds), or a live process's, if longer. @default DEFAULT_RETENTION_SECONDS */
   readonly retentionSeconds?: number
   /** Tenants that always get a series (0 when nothing is wrong), so alerts see a value, not an absence. */
   readonly tenants?: readonly string[]
@@ -198,7 +199,7 @@ export class DatabaseGauges {
         this.duplicateWindow.set(coveredSeconds)
       }, DUPLICATES_WORK_MEM),
       this.readForcedExpirations(),
-      this.run('purge', (tx) => readPurgeOverdue(tx, this.options.retentionSeconds ?? DEFAULT_RETENTION_SECONDS, now), (overdue) => this.purgeOverdue.set(overdue)),
+      this.run('purge', async (tx) => readPurgeOverdue(tx, await readKeptRetentionSeconds(tx, this.options.retentionSeconds ?? DEFAULT_RETENTION_SECONDS), now), (overdue) => this.purgeOverdue.set(overdue)),
     ])
   }
 

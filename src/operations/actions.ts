@@ -9,6 +9,7 @@ import { recordAudit } from '../core/audit'
 import { expireStale, type ExpireStaleResult } from '../core/expire-stale'
 import { forceExpire, type ExpireTarget, type ForceExpireResult } from '../core/force-expire'
 import { expired, releasedExpired, stale, staleEntry } from '../core/policy'
+import { readKeptRetentionSeconds } from '../core/processes'
 import { purgeExpired } from '../core/purge'
 import { OperationInputError, type OperationsContext } from './context'
 import { log as processLog } from '../log'
@@ -90,11 +91,12 @@ export interface PurgePreview {
 export async function previewPurge(context: OperationsContext): Promise<PurgePreview> {
   const { sql } = context
   const now = context.now?.() ?? null
+  const retentionSeconds = await readKeptRetentionSeconds(sql, context.retentionSeconds)
   const [row] = await sql<{ as_of: Date; done: number; released: number }[]>`
     select coalesce(${now}::timestamptz, now()) as as_of,
-           (select count(*)::int from idempotency_keys k where ${expired(sql, now, context.retentionSeconds)}) as done,
-           (select count(*)::int from idempotency_keys k where ${releasedExpired(sql, now, context.retentionSeconds)}) as released`
-  return { asOf: row!.as_of, done: row!.done, released: row!.released, retentionSeconds: context.retentionSeconds }
+           (select count(*)::int from idempotency_keys k where ${expired(sql, now, retentionSeconds)}) as done,
+           (select count(*)::int from idempotency_keys k where ${releasedExpired(sql, now, retentionSeconds)}) as released`
+  return { asOf: row!.as_of, done: row!.done, released: row!.released, retentionSeconds }
 }
 
 /** Rows per batch and batches per call of an operator-triggered purge (the background job is the usual way). */
@@ -109,17 +111,19 @@ export interface PurgeResult {
 /**
  * Purges every key past the server's retention now, batch by batch
  * (core/purge.ts), and records one audit entry. Nothing the service would
- * still replay is deleted: the retention is the server's, never the caller's.
+ * still replay is deleted: the retention is the server's (or a live
+ * process's, if longer: core/processes.ts keptRetentionSeconds), never the caller's.
  */
 export async function purgeKeys(context: OperationsContext, actor: string): Promise<PurgeResult> {
   let purged = 0
+  const retentionSeconds = await readKeptRetentionSeconds(context.sql, context.retentionSeconds)
   for (let batch = 0; batch < MANUAL_PURGE_MAX_BATCHES; batch++) {
-    const deleted = await purgeExpired(context.sql, { retentionSeconds: context.retentionSeconds, batchSize: MANUAL_PURGE_BATCH, now: context.now?.() })
+    const deleted = await purgeExpired(context.sql, { retentionSeconds, batchSize: MANUAL_PURGE_BATCH, now: context.now?.() })
     purged += deleted
     if (deleted > 0) context.purgedKeys?.inc(deleted)
     if (deleted < MANUAL_PURGE_BATCH) break
   }
-  const auditId = await recordAudit(context.sql, { actor, action: 'purge_expired', outcome: 'done', detail: { purged, retention_seconds: context.retentionSeconds } })
+  const auditId = await recordAudit(context.sql, { actor, action: 'purge_expired', outcome: 'done', detail: { purged, retention_seconds: retentionSeconds } })
   logAction(context, 'purge_expired', { actor, purged, audit_id: auditId })
   return { purged, auditId }
 }

@@ -1,4 +1,5 @@
 import { expired, releasedExpired, stale } from '../core/policy'
+import { readKeptRetentionSeconds } from '../core/processes'
 import type { OperationsContext } from './context'
 import { filterConditions, type KeyFilters } from './filters'
 
@@ -28,6 +29,7 @@ export interface KeyCounts {
 export async function countKeys(context: OperationsContext, filters: KeyFilters, options: { withDone?: boolean } = {}): Promise<KeyCounts> {
   const { sql } = context
   const now = context.now?.() ?? null
+  const retentionSeconds = await readKeptRetentionSeconds(sql, context.retentionSeconds)
   const [row] = await sql<{ processing: number; stale: number; oldest: number | null; expired: number; done: number | null }[]>`
     with params as (select coalesce(${now}::timestamptz, now()) as now),
     processing as (
@@ -43,9 +45,9 @@ export async function countKeys(context: OperationsContext, filters: KeyFilters,
            coalesce((select stale from processing), 0) as stale,
            (select oldest from processing) as oldest,
            (select count(*)::int from idempotency_keys k
-             where ${expired(sql, now, context.retentionSeconds)} ${filterConditions(sql, filters)})
+             where ${expired(sql, now, retentionSeconds)} ${filterConditions(sql, filters)})
          + (select count(*)::int from idempotency_keys k
-             where ${releasedExpired(sql, now, context.retentionSeconds)} ${filterConditions(sql, filters)}) as expired,
+             where ${releasedExpired(sql, now, retentionSeconds)} ${filterConditions(sql, filters)}) as expired,
            ${options.withDone ? sql`(select count(*)::int from idempotency_keys k where k.status = 'done' ${filterConditions(sql, filters)})` : sql`null::int`} as done`
   const counts = row!
   return {

@@ -224,7 +224,7 @@ describe('operations', () => {
     await doneKey('cli-old-2', '2 hours')
     const refused = await idem(['purge'])
     expect(refused.code).toBe(2)
-    expect(refused.stderr).toContain('2 completed and 0 released key(s) are past the server\'s retention (3600s)')
+    expect(refused.stderr).toContain('2 completed and 0 released key(s) are past retention (3600s)')
     expect(await exists('cli-old-1')).toBe(true)
 
     const declined = await runScript(`'${BUN}' src/cli.ts purge`, 'no')
@@ -377,7 +377,7 @@ describe('dry runs and confirmations', () => {
     expect(stale.stdout).toContain('dry-stuck-2')
     const purge = await idem(['purge', '--dry-run'])
     expect(purge).toMatchObject({ code: 0 })
-    expect(purge.stdout).toMatch(/[1-9]\d* completed and \d+ released key\(s\) are past the server's retention \(3600s\)/)
+    expect(purge.stdout).toMatch(/[1-9]\d* completed and \d+ released key\(s\) are past retention \(3600s\)/)
     const jsonRun = await idem(['purge', '--dry-run', '--json'])
     const json = JSON.parse(jsonRun.stdout)
     expect(json, jsonRun.stdout).toMatchObject({ dry_run: true, retention_seconds: RETENTION })

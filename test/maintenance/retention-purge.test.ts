@@ -5,6 +5,7 @@ import { complete } from '../../src/core/complete'
 import { purgeExpired, purgeExpiredBatch } from '../../src/core/purge'
 import { PURGE_PAUSE_BOUNDS_MS, purgePauseMs, startRetentionPurge } from '../../src/maintenance/retention-purge'
 import { startHeartbeat } from '../../src/core/processes'
+import { operations } from '../../src/operations'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
 import { createKeys, identity, secondsBefore } from '../support/keys'
@@ -183,13 +184,13 @@ test('a process that beats without a purge takes no part of the fifth; one that 
   expect(pauses).toEqual([27, 27])
 })
 
-test('a heartbeat says whether its process purges, and an earlier release\'s row says nothing', async () => {
-  const [purging, beating, unsaid] = await Promise.all([true, false, undefined].map((purges) => startHeartbeat(db.pools.short, purges === undefined ? {} : { purges })))
+test('a heartbeat says whether its process purges and how long it keeps keys, and an earlier release\'s row says nothing', async () => {
+  const [purging, beating, unsaid] = await Promise.all([true, false, undefined].map((purges) => startHeartbeat(db.pools.short, purges === undefined ? {} : { purges, retentionSeconds: purges ? 600 : 60 })))
   try {
-    const rows = await db.sql<{ id: string; purges: boolean | null }[]>`
-      select id::text, purges from idempotency_processes where id in ${db.sql([purging!.id, beating!.id, unsaid!.id])}`
-    const said = (id: string) => rows.find((row) => row.id === id)?.purges
-    expect([said(purging!.id), said(beating!.id), said(unsaid!.id)]).toEqual([true, false, null])
+    const rows = await db.sql<{ id: string; purges: boolean | null; retention_seconds: number | null }[]>`
+      select id::text, purges, retention_seconds from idempotency_processes where id in ${db.sql([purging!.id, beating!.id, unsaid!.id])}`
+    const said = (id: string) => rows.find((row) => row.id === id)
+    expect([purging!, beating!, unsaid!].map(({ id }) => [said(id)?.purges, said(id)?.retention_seconds])).toEqual([[true, 600], [false, 60], [null, null]])
   } finally {
     await Promise.all([purging, beating, unsaid].map((heartbeat) => heartbeat!.stop()))
   }
@@ -233,6 +234,41 @@ test('purges told their heartbeat take turns: only the oldest live process that 
     await Promise.all([first.stop(), second.stop()])
     await Promise.all([older.stop(), younger.stop()])
     await db.sql`delete from idempotency_processes where hostname = 'purge-test'`
+  }
+})
+
+test('a purge keeps keys as long as the longest retention a live process says, its own once that process is gone', async () => {
+  await db.sql`delete from idempotency_keys`
+  // Past this process's retention by a minute (another live process still replays them), and past both.
+  await seedDone('kept-', 3, RETENTION + 60)
+  await seedDone('kept-old-', 2, 2 * RETENTION + 60)
+  const own = await startHeartbeat(db.pools.short, { purges: true, retentionSeconds: RETENTION })
+  // Beside it: one that beats without a purge and keeps keys twice as long, and one that does not say (an earlier release).
+  const longer = await startHeartbeat(db.pools.short, { purges: false, retentionSeconds: 2 * RETENTION })
+  const unsaid = await startHeartbeat(db.pools.short, {})
+  const lines: string[] = []
+  const log = { info: (line: string) => lines.push(line), warn: () => undefined, error: () => undefined, debug: () => undefined }
+  let tick = 0
+  const purge = startRetentionPurge({
+    sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, intervalMs: 3_600_000, processId: own.id, log: log as unknown as Logger, clock: () => (tick += 3),
+  })
+  try {
+    expect(await purge.runOnce()).toBe(2)
+    expect(await count(`key like 'kept-%' and key not like 'kept-old-%'`)).toBe(3)
+    expect(lines[0]).toBe(`retention purge: a live process keeps keys for ${2 * RETENTION} s, longer than this process's ${RETENTION} s; deleting past the longer`)
+    // An operator's purge, its preview and the counts go by the same retention.
+    const ops = operations({ sql: db.pools.short, ttlSeconds: 30, retentionSeconds: RETENTION, log: { info: () => undefined, warn: () => undefined, error: () => undefined, debug: () => undefined } as unknown as Logger })
+    expect(await ops.previewPurge()).toMatchObject({ done: 0, released: 0, retentionSeconds: 2 * RETENTION })
+    expect((await ops.count({ staleOnly: false })).expired).toBe(0)
+    expect((await ops.purge('purge-test')).purged).toBe(0)
+    // The longer-lived process stops: at the next count, a heartbeat's interval later, the purge goes by its own retention.
+    await longer.stop()
+    tick += 2_000
+    expect(await purge.runOnce()).toBe(3)
+    expect(lines.slice(-2)).toEqual([`retention purge: deletes keys past this process's retention (${RETENTION} s) again`, 'retention purge: deleted 3 expired key(s)'])
+  } finally {
+    await purge.stop()
+    await Promise.all([own.stop(), longer.stop(), unsaid.stop()])
   }
 })
 
@@ -358,3 +394,36 @@ test('a server that does not purge shows it: idempotency_purge_overdue_seconds g
     await server.stop()
   }
 }, 30_000)
+
+test('two servers with different retentions on one database: the shorter one\'s purge keeps what the longer one still replays', async () => {
+  await db.sql`delete from idempotency_keys`
+  const env = { IDEMPOTENCY_TTL_SECONDS: '1', PURGE_INTERVAL_MS: '200', METRICS_CACHE_MS: '0' }
+  // The older purges (the purges take turns); its retention is 10 s, the younger's 10 minutes.
+  const shorter = await startServer(db.url, { ...env, IDEMPOTENCY_RETENTION_SECONDS: '10' })
+  const longer = await startServer(db.url, { ...env, IDEMPOTENCY_RETENTION_SECONDS: '600' })
+  try {
+    await waitFor(() => shorter.output().includes('a live process keeps keys for 600 s'), 'the purging server to see the longer retention')
+    const kept = `kept-${crypto.randomUUID()}`
+    const body = payment()
+    const first = await postPayment(longer.url, body, { key: kept })
+    expect(first.status).toBe(201)
+    // Completed a minute ago: past the purging server's retention, within the other's; and one past both.
+    await db.sql`update idempotency_keys set completed_at = completed_at - interval '1 minute', created_at = created_at - interval '1 minute' where key = ${kept}`
+    await seedDone('gone-', 1, 700)
+    await waitFor(async () => (await count(`key like 'gone-%'`)) === 0, 'the purge to delete the key past both retentions')
+    expect(await count(`key = '${kept}'`)).toBe(1)
+    // What the purging server's gauge says waits is what its purge deletes: nothing.
+    const overdue = Number(/\nidempotency_purge_overdue_seconds (\S+)/.exec(await (await fetch(`${shorter.url}/metrics`)).text())?.[1])
+    expect(overdue).toBe(0)
+    // The client's retry gets the answer it lost, not a second charge.
+    const retry = await postPayment(longer.url, body, { key: kept })
+    expect(retry.status).toBe(201)
+    expect(retry.headers.get('idempotent-replayed')).toBe('true')
+    expect(await retry.json()).toEqual(await first.json())
+    expect(await count(`key = '${kept}'`)).toBe(1)
+    const [paid] = await db.sql<{ n: number }[]>`select count(*)::int as n from payments where idempotency_key = ${kept}`
+    expect(paid?.n).toBe(1)
+  } finally {
+    await Promise.all([shorter.stop(), longer.stop()])
+  }
+}, 60_000)

@@ -100,7 +100,7 @@ export function ConfirmPurgePage(props: { operator: Operator; preview: PurgePrev
       <h2>Purge keys past retention?</h2>
       <p>
         At <span class="mono" safe>{formatTime(preview.asOf)}</span>, {preview.done} completed key(s) and {preview.released} released
-        key(s) were past the server's retention ({preview.retentionSeconds}s).
+        key(s) were past retention ({preview.retentionSeconds}s).
       </p>
       <p>
         They are deleted. None of them is replayed any more: a retry with one of these keys already counts as a new

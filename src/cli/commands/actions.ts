@@ -93,7 +93,7 @@ export function addActionCommands(program: Command, { io, state, out: { print, p
       return withOperations(async (ops) => {
         const preview = await ops.previewPurge()
         const what = [
-          `${preview.done} completed and ${preview.released} released key(s) are past the server's retention (${preview.retentionSeconds}s) at ${formatTime(preview.asOf)}.`,
+          `${preview.done} completed and ${preview.released} released key(s) are past retention (${preview.retentionSeconds}s) at ${formatTime(preview.asOf)}.`,
           'A purge would delete them. None of them is replayed any more: a retry with one of them is already a new request.',
         ].join('\n')
         if (options.dryRun) {

@@ -1,0 +1,14 @@
+-- @online
+-- How long each live process's routes replay a completed key (their
+-- retentionSeconds), written with its heartbeat row (src/core/processes.ts).
+-- Processes with different retentions on one database share one key table,
+-- and each purged by its own: a process with a shorter retention deleted the
+-- keys another still promised to replay, and their next retry paid again. A
+-- purge now keeps keys as long as the longest retention a live process says
+-- (keptRetentionSeconds). Null for the processes of earlier releases and of
+-- apps that do not say.
+--
+-- Online: a nullable column without a default is a catalog change only; the
+-- release before inserts its rows without it. On Citus the reference table's
+-- copies get it with it.
+alter table idempotency_processes add column retention_seconds integer;
