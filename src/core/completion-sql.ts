@@ -72,7 +72,7 @@ export function completionParts(members: readonly CompletionMember[], { prefix =
   ),
   ${done} as (
     update idempotency_keys k
-       set status = 'done', completed_at = coalesce(i.at, clock_timestamp()), owner = null, stale_at = null,
+       set status = 'done', completed_at = coalesce(i.at, clock_timestamp()), owner = null, stale_at = null, summary = null,
            response_status = i.status, response_headers = i.headers, response_body = i.body
       from ${input} i
      where k.tenant = i.tenant and k.key = i.key and k.lease = i.lease and k.status = 'processing'

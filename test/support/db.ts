@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import postgres from 'postgres'
-import { migrateService, SQL_DIR } from '../../src/store/migrate'
+import { migrate, migrateService, SQL_DIR } from '../../src/store/migrate'
 import { openPools, type Pools } from '../../src/store/db'
 import type { ClusterNodes } from './citus'
 import { waitFor } from './wait'
@@ -45,11 +45,13 @@ const sha = (text: string) => new Bun.CryptoHasher('sha256').update(text).digest
  * A fresh, migrated database for one test file: files never see each other's
  * rows. It is a copy of a migrated template (`create database ... template`,
  * about 60 ms, where creating and migrating one took about 300 ms), seeded
- * with `seed`'s rows if given.
+ * with `seed`'s rows if given. `engineOnly`: the engine's line alone, as an app
+ * on the plugin's database has it (no payments table, none of the service's
+ * settings of the engine's tables).
  */
-export async function createTestDatabase(label = 'test', options: { seed?: Seed } = {}): Promise<TestDatabase> {
+export async function createTestDatabase(label = 'test', options: { seed?: Seed; engineOnly?: boolean } = {}): Promise<TestDatabase> {
   if (process.env.TEST_CITUS_URL) return createCitusTestDatabase(process.env.TEST_CITUS_URL, label, options)
-  const template = options.seed ? await seededTemplate(options.seed) : await migratedTemplate()
+  const template = options.seed ? await seededTemplate(options.seed) : options.engineOnly ? await engineTemplate() : await migratedTemplate()
   const name = `idem_${label.replace(/\W/g, '_').slice(0, 30)}_${crypto.randomUUID().slice(0, 8)}`
   const admin = connect()
   try {
@@ -82,13 +84,13 @@ export async function createTestDatabase(label = 'test', options: { seed?: Seed 
  * not copy the shards on the workers. It is checked to be distributed, so a
  * file that passes there passed on the distributed schema.
  */
-async function createCitusTestDatabase(coordinatorUrl: string, label: string, options: { seed?: Seed }): Promise<TestDatabase> {
+async function createCitusTestDatabase(coordinatorUrl: string, label: string, options: { seed?: Seed; engineOnly?: boolean }): Promise<TestDatabase> {
   // Imported here: a plain run loads nothing of the Citus harness.
   const { clusterAt, createClusterDatabase } = await import('./citus')
   citusNodes ??= clusterAt(coordinatorUrl)
   const made = await createClusterDatabase(await citusNodes, label, { shardCount: CITUS_SHARD_COUNT })
   try {
-    await migrateService(made.url)
+    await (options.engineOnly ? migrate(made.url) : migrateService(made.url))
     const check = connect(made.url)
     try {
       // pg_dist_partition exists only with citus: asked only then (as core/citus-form.ts does).
@@ -139,6 +141,11 @@ const built = new Map<string, Promise<string>>()
 /** The name of a database migrated to this checkout's schema, made at most once (per `bun test` process, by the first file that asks). */
 export function migratedTemplate(): Promise<string> {
   return once(`idem_template_${schemaHash()}`, (name) => buildTemplate(name, async (url) => { await migrateService(url) }))
+}
+
+/** migratedTemplate with the engine's line alone. */
+function engineTemplate(): Promise<string> {
+  return once(`idem_template_engine_${schemaHash()}`, (name) => buildTemplate(name, async (url) => { await migrate(url) }))
 }
 
 async function seededTemplate(seed: Seed): Promise<string> {

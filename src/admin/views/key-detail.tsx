@@ -61,7 +61,9 @@ export function KeyDetailPage(props: KeyDetailPageProps): JSX.Element {
             ? <><span safe>{visibleText(`customer ${detail.payment.customer}, ${detail.payment.amount} ${detail.payment.currency} (minor units)`)}</span><Exact value={detail.payment.customer} /></>
             : detail.summary
               ? <><span safe>{summaryText(detail.summary)}</span><Exact value={detail.summary} /></>
-              : <span class="muted">None stored: the route keeps no summary, or the key was claimed before summaries were kept. The service keeps only the request's fingerprint.</span>}
+              : detail.status === 'done'
+                ? <span class="muted">Not kept once the request completed: a summary tells what a request in flight or released was.</span>
+                : <span class="muted">None stored: the route keeps no summary, or the key was claimed before summaries were kept. The service keeps only the request's fingerprint.</span>}
         </dd>
         <dt>Fingerprint</dt><dd class="mono" safe>{detail.fingerprint}</dd>
         <dt>Attempts</dt><dd>{detail.attempts}{detail.attempts > 1 ? <span class="muted"> (re-run after a reclaim or a release: if its worker keeps dying, keep the key for the developers)</span> : ''}</dd>

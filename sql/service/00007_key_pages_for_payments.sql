@@ -1,0 +1,24 @@
+-- @online
+-- Fewer bytes per key (issue 40), for the payments' own rows: idempotency_keys
+-- at fillfactor 35 instead of the engine's 32.
+--
+-- A page takes claims up to the fillfactor and needs room for each claimed
+-- row's completed version beside it (sql/engine/00010): for a payment 337 +
+-- 605 B (row and line pointer), now that a completion clears the summary
+-- (sql/engine/00017), of which the claims are 36 %; with the summary kept they
+-- were 33 %, hence the engine's 32. An app on the plugin whose claims carry no
+-- summary has claims of a smaller share and keeps the engine's fillfactor.
+-- Measured (bench/key-bytes.ts, 4,000 payments, PostgreSQL 15), B per
+-- completed key of both key tables, the summary kept at 32 -> cleared at 35,
+-- every completion still a heap-only update at every load:
+--   1 in flight 3,146 -> 3,142-3,144; 4: 2,742 -> 2,544-2,566;
+--   8: 2,169 -> 1,630; 32: 1,837 -> 1,688-1,690 (6.4 -> 7.2-7.3 rows a page);
+--   64: 1,812 -> 1,645-1,655; at 1,000,000 keys (bench:day) 1,497 -> 1,302.
+-- Fuller lost heap-only updates at 32 in flight: 39 and 40 % kept 96 %, as
+-- did 35 % with the summary kept (95 %).
+--
+-- Online: a storage parameter (SHARE UPDATE EXCLUSIVE, which no read or write
+-- waits on), used as pages are next filled; the release before reads and
+-- writes the same rows (while it still completes keys with their summary, some
+-- of those completions may not fit beside their claims and are not heap-only).
+alter table idempotency_keys set (fillfactor = 35);
