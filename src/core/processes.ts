@@ -42,9 +42,17 @@ export async function purgingProcessCount(sql: Sql): Promise<{ purgers: number; 
   return { purgers: row?.n ?? 0, longestRetention: row?.longest ?? null }
 }
 
-/** SQL: the longest retention a live process's heartbeat says, or null. */
+/**
+ * SQL: the longest retention a process's heartbeat says, or null, of the live
+ * processes and of those gone less than their retention ago. A process that
+ * stopped (scaled to zero, down for a deploy) or died promised to replay the
+ * keys it completed until its last beat: those stay theirs until then plus
+ * its retention, whether it runs meanwhile or not. A row's last beat is at
+ * most PROCESS_ALIVE_SECONDS before it died (a clean stop dates it so).
+ */
 function longestRetention(sql: Sql) {
-  return sql`(select max(p.retention_seconds)::int from idempotency_processes p where ${processAlive(sql)})`
+  return sql`(select max(p.retention_seconds)::int from idempotency_processes p
+               where p.heartbeat_at > now() - make_interval(secs => p.retention_seconds::float8 + ${PROCESS_ALIVE_SECONDS}))`
 }
 
 /** Whose turn it is to purge, as one process sees it (purgeTurn). */
@@ -53,7 +61,7 @@ export interface PurgeTurn {
   readonly leads: boolean
   /** The purges running at once, this one included, when it leads: it and the processes that do not say whether they purge (an earlier release's, or an app's heartbeat without `purges`), which share by count. */
   readonly purgers: number
-  /** The longest retention a live process said it keeps keys for (its heartbeat's), or null when none said. */
+  /** The longest retention a process said it keeps keys for (its heartbeat's), live or gone less than that ago; null when none said. */
   readonly longestRetention: number | null
 }
 
@@ -85,7 +93,8 @@ export async function purgeTurn(sql: Sql, id: string): Promise<PurgeTurn> {
  * one key table, and each one's claims replay a key for as long as its own
  * retention says: a purge by the shorter deleted the others' keys while they
  * still promised to replay them, and their next retry paid again. Keys then
- * stay as long as the longest says; each claim still judges by its own.
+ * stay as long as the longest says, also while the process that says it is
+ * stopped (longestRetention); each claim still judges by its own.
  * Processes of earlier releases, and apps whose heartbeat does not say, are
  * not known: give them the same retention.
  */
@@ -93,7 +102,7 @@ export function keptRetentionSeconds(retentionSeconds: number, longestRetention:
   return Math.max(retentionSeconds, longestRetention ?? 0)
 }
 
-/** keptRetentionSeconds, with the live processes read now. */
+/** keptRetentionSeconds, with the processes' retentions read now. */
 export async function readKeptRetentionSeconds(sql: Sql, retentionSeconds: number): Promise<number> {
   const [row] = await sql<{ longest: number | null }[]>`select ${longestRetention(sql)} as longest`
   return keptRetentionSeconds(retentionSeconds, row?.longest ?? null)
@@ -104,7 +113,11 @@ export interface ProcessHeartbeat {
   readonly id: string
   /** Beats once now (the timer beats on its own); never two at once. */
   beat(): Promise<void>
-  /** Stops beating and removes the row: a clean stop is not mistaken for a live owner. */
+  /**
+   * Stops beating: the row is at once taken for gone (a clean stop is not
+   * mistaken for a live owner), and removed, unless it said a retention that
+   * the purges must still keep (longestRetention).
+   */
   stop(): Promise<void>
 }
 
@@ -167,8 +180,11 @@ export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): 
   else await sql`
     insert into idempotency_processes (id, pid, hostname, schema_known, purges, retention_seconds)
     values (${row.id}, ${row.pid}, ${row.hostname}, ${row.schemaKnown}::jsonb, ${row.purges}::boolean, ${row.retentionSeconds}::int)`
-  // Rows of processes gone for a day are of no use to anyone.
-  await sql`delete from idempotency_processes where heartbeat_at < now() - interval '1 day'`.catch(() => undefined)
+  // Rows of processes gone for a day, and past the retention they said, are of no use to anyone.
+  await sql`
+    delete from idempotency_processes
+     where heartbeat_at < now() - interval '1 day'
+       and heartbeat_at < now() - make_interval(secs => coalesce(retention_seconds, 0)::float8 + ${PROCESS_ALIVE_SECONDS})`.catch(() => undefined)
   let failing = false
   let stopped = false
   let running: Promise<void> = Promise.resolve()
@@ -208,8 +224,20 @@ export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): 
       stopped = true
       clearTimeout(timer)
       await running
-      if (onEveryNode) await onPlacements(sql, sql`format('delete from %s where id = %L', '%s', ${id}::text)`).catch(() => undefined)
-      else await sql`delete from idempotency_processes where id = ${id}`.catch(() => undefined)
+      // Its keys are taken for abandoned at once either way. A row that says a retention stays, its last beat dated
+      // PROCESS_ALIVE_SECONDS back (gone to every reader, of this release and the ones before), so that the purges
+      // keep the keys it completed until now plus its retention (longestRetention).
+      const kept = row.retentionSeconds !== null
+      if (onEveryNode) {
+        const gone = kept ? `update %s set heartbeat_at = now() - interval '${PROCESS_ALIVE_SECONDS} seconds', leases = '{}' where id = %L` : 'delete from %s where id = %L'
+        await onPlacements(sql, sql`format(${gone}, '%s', ${id}::text)`).catch(() => undefined)
+      } else if (kept) {
+        await sql`
+          update idempotency_processes set heartbeat_at = now() - make_interval(secs => ${PROCESS_ALIVE_SECONDS}), leases = '{}'
+           where id = ${id}`.catch(() => undefined)
+      } else {
+        await sql`delete from idempotency_processes where id = ${id}`.catch(() => undefined)
+      }
     },
   }
 }

@@ -53,7 +53,7 @@ export interface RetentionPurgeOptions {
   /**
    * The routes' retentionSeconds (the longest of them): a completed or
    * released key is deleted once past it, or past the longest retention a
-   * live process's heartbeat says, if longer (core/processes.ts keptRetentionSeconds).
+   * process's heartbeat says, if longer (core/processes.ts keptRetentionSeconds).
    */
   readonly retentionSeconds: number
   /** Hears how many keys each batch deleted (the service counts idempotency_purged_keys_total with it). */
@@ -144,7 +144,7 @@ export function startRetentionPurge(options: RetentionPurgeOptions): RetentionPu
       if (retentionSeconds !== keptBy) {
         options.log?.info(retentionSeconds === options.retentionSeconds
           ? `retention purge: deletes keys past this process's retention (${retentionSeconds} s) again`
-          : `retention purge: a live process keeps keys for ${retentionSeconds} s, longer than this process's ${options.retentionSeconds} s; deleting past the longer`,
+          : `retention purge: a process keeps keys for ${retentionSeconds} s (live, or gone less than that ago), longer than this process's ${options.retentionSeconds} s; deleting past the longer`,
         { retention_seconds: retentionSeconds })
         keptBy = retentionSeconds
       }

@@ -53,7 +53,7 @@ const DUPLICATES_WORK_MEM = '32MB'
 export interface DatabaseGaugesOptions {
   readonly sql: Sql
   readonly ttlSeconds: number
-  /** The retention the purge deletes keys past (idempotency_purge_overdue_seconds), or a live process's, if longer. @default DEFAULT_RETENTION_SECONDS */
+  /** The retention the purge deletes keys past (idempotency_purge_overdue_seconds), or another process's, if longer (core/processes.ts keptRetentionSeconds). @default DEFAULT_RETENTION_SECONDS */
   readonly retentionSeconds?: number
   /** Tenants that always get a series (0 when nothing is wrong), so alerts see a value, not an absence. */
   readonly tenants?: readonly string[]

@@ -1,10 +1,10 @@
 /** The retention purge deletes completed keys past retention, and nothing else, while traffic runs. */
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, beforeEach, expect, test } from 'bun:test'
 import { claim } from '../../src/core/claim'
 import { complete } from '../../src/core/complete'
 import { purgeExpired, purgeExpiredBatch } from '../../src/core/purge'
 import { PURGE_PAUSE_BOUNDS_MS, purgePauseMs, startRetentionPurge } from '../../src/maintenance/retention-purge'
-import { startHeartbeat } from '../../src/core/processes'
+import { processAlive, startHeartbeat } from '../../src/core/processes'
 import { operations } from '../../src/operations'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
@@ -23,6 +23,10 @@ beforeAll(async () => {
   db = await createTestDatabase('purge')
 })
 afterAll(() => db?.drop())
+// A stopped process's row stays while its retention lasts (core/processes.ts): each test starts without the last one's.
+beforeEach(async () => {
+  await db.sql`delete from idempotency_processes`
+})
 
 /** Completed keys as finished workers leave them, completed `ageSeconds` ago. */
 async function seedDone(prefix: string, count: number, ageSeconds: number): Promise<void> {
@@ -237,9 +241,9 @@ test('purges told their heartbeat take turns: only the oldest live process that 
   }
 })
 
-test('a purge keeps keys as long as the longest retention a live process says, its own once that process is gone', async () => {
+test('a purge keeps keys as long as the longest retention a process says, live or gone less than that ago', async () => {
   await db.sql`delete from idempotency_keys`
-  // Past this process's retention by a minute (another live process still replays them), and past both.
+  // Past this process's retention by a minute (another process still replays them), and past both.
   await seedDone('kept-', 3, RETENTION + 60)
   await seedDone('kept-old-', 2, 2 * RETENTION + 60)
   const own = await startHeartbeat(db.pools.short, { purges: true, retentionSeconds: RETENTION })
@@ -252,23 +256,59 @@ test('a purge keeps keys as long as the longest retention a live process says, i
   const purge = startRetentionPurge({
     sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, intervalMs: 3_600_000, processId: own.id, log: log as unknown as Logger, clock: () => (tick += 3),
   })
+  const ops = operations({ sql: db.pools.short, ttlSeconds: 30, retentionSeconds: RETENTION, log: { info: () => undefined, warn: () => undefined, error: () => undefined, debug: () => undefined } as unknown as Logger })
   try {
     expect(await purge.runOnce()).toBe(2)
     expect(await count(`key like 'kept-%' and key not like 'kept-old-%'`)).toBe(3)
-    expect(lines[0]).toBe(`retention purge: a live process keeps keys for ${2 * RETENTION} s, longer than this process's ${RETENTION} s; deleting past the longer`)
+    expect(lines[0]).toBe(`retention purge: a process keeps keys for ${2 * RETENTION} s (live, or gone less than that ago), longer than this process's ${RETENTION} s; deleting past the longer`)
     // An operator's purge, its preview and the counts go by the same retention.
-    const ops = operations({ sql: db.pools.short, ttlSeconds: 30, retentionSeconds: RETENTION, log: { info: () => undefined, warn: () => undefined, error: () => undefined, debug: () => undefined } as unknown as Logger })
     expect(await ops.previewPurge()).toMatchObject({ done: 0, released: 0, retentionSeconds: 2 * RETENTION })
     expect((await ops.count({ staleOnly: false })).expired).toBe(0)
     expect((await ops.purge('purge-test')).purged).toBe(0)
-    // The longer-lived process stops: at the next count, a heartbeat's interval later, the purge goes by its own retention.
+    // The longer-lived process stops (scaled to zero, or down for a deploy): it is gone at once to every reader,
+    // yet a client's retry once it is back must still replay what it completed, so its keys stay.
     await longer.stop()
+    const [gone] = await db.sql<{ alive: boolean }[]>`select ${processAlive(db.sql)} as alive from idempotency_processes p where id = ${longer.id}`
+    expect(gone?.alive).toBe(false)
+    tick += 2_000
+    expect(await purge.runOnce()).toBe(0)
+    expect(await count(`key like 'kept-%'`)).toBe(3)
+    expect((await ops.previewPurge()).retentionSeconds).toBe(2 * RETENTION)
+    // Its retention since its last beat passes (its row dated back by as much): the purge goes by its own again.
+    await db.sql`update idempotency_processes set heartbeat_at = heartbeat_at - make_interval(secs => ${2 * RETENTION}) where id = ${longer.id}`
     tick += 2_000
     expect(await purge.runOnce()).toBe(3)
     expect(lines.slice(-2)).toEqual([`retention purge: deletes keys past this process's retention (${RETENTION} s) again`, 'retention purge: deleted 3 expired key(s)'])
   } finally {
     await purge.stop()
     await Promise.all([own.stop(), longer.stop(), unsaid.stop()])
+    await db.sql`delete from idempotency_processes where id in ${db.sql([own.id, longer.id])}`
+  }
+})
+
+test('a process that died is kept to its retention as one that stopped; a stop without a retention leaves no row', async () => {
+  await db.sql`delete from idempotency_keys`
+  await seedDone('died-', 2, RETENTION + 60)
+  // SIGKILLed half an hour ago, keeping keys twice as long as this process: its row stays as its last beat left it.
+  const died = crypto.randomUUID()
+  await db.sql`insert into idempotency_processes (id, pid, hostname, purges, retention_seconds, heartbeat_at, started_at)
+               values (${died}, 1, 'purge-test', false, ${2 * RETENTION}, now() - interval '30 minutes', now() - interval '1 hour')`
+  const plain = await startHeartbeat(db.pools.short, { purges: false })
+  // A clock a heartbeat's interval on at every reading: each run counts the processes again.
+  let tick = 0
+  const purge = startRetentionPurge({ sql: db.pools.short, retentionSeconds: RETENTION, batchSize: 10, intervalMs: 3_600_000, clock: () => (tick += 2_000) })
+  try {
+    expect(await purge.runOnce()).toBe(0)
+    expect(await count(`key like 'died-%'`)).toBe(2)
+    await plain.stop()
+    expect(await db.sql`select 1 from idempotency_processes where id = ${plain.id}`).toHaveLength(0)
+    // Gone for longer than its retention: forgotten.
+    await db.sql`update idempotency_processes set heartbeat_at = now() - make_interval(secs => ${2 * RETENTION + 60}) where id = ${died}`
+    expect(await purge.runOnce()).toBe(2)
+  } finally {
+    await purge.stop()
+    await plain.stop()
+    await db.sql`delete from idempotency_processes where id = ${died}`
   }
 })
 
@@ -395,18 +435,19 @@ test('a server that does not purge shows it: idempotency_purge_overdue_seconds g
   }
 }, 30_000)
 
-test('two servers with different retentions on one database: the shorter one\'s purge keeps what the longer one still replays', async () => {
+test('two servers with different retentions on one database: the shorter one\'s purge keeps what the longer one still replays, also while it is stopped', async () => {
   await db.sql`delete from idempotency_keys`
   const env = { IDEMPOTENCY_TTL_SECONDS: '1', PURGE_INTERVAL_MS: '200', METRICS_CACHE_MS: '0' }
   // The older purges (the purges take turns); its retention is 10 s, the younger's 10 minutes.
   const shorter = await startServer(db.url, { ...env, IDEMPOTENCY_RETENTION_SECONDS: '10' })
   const longer = await startServer(db.url, { ...env, IDEMPOTENCY_RETENTION_SECONDS: '600' })
   try {
-    await waitFor(() => shorter.output().includes('a live process keeps keys for 600 s'), 'the purging server to see the longer retention')
+    await waitFor(() => shorter.output().includes('a process keeps keys for 600 s'), 'the purging server to see the longer retention')
     const kept = `kept-${crypto.randomUUID()}`
     const body = payment()
     const first = await postPayment(longer.url, body, { key: kept })
     expect(first.status).toBe(201)
+    const answer = await first.json()
     // Completed a minute ago: past the purging server's retention, within the other's; and one past both.
     await db.sql`update idempotency_keys set completed_at = completed_at - interval '1 minute', created_at = created_at - interval '1 minute' where key = ${kept}`
     await seedDone('gone-', 1, 700)
@@ -419,8 +460,24 @@ test('two servers with different retentions on one database: the shorter one\'s 
     const retry = await postPayment(longer.url, body, { key: kept })
     expect(retry.status).toBe(201)
     expect(retry.headers.get('idempotent-replayed')).toBe('true')
-    expect(await retry.json()).toEqual(await first.json())
+    expect(await retry.json()).toEqual(answer)
     expect(await count(`key = '${kept}'`)).toBe(1)
+    // The longer-lived server stops (scaled to zero, down for a deploy): its keys stay its own while it is away.
+    await longer.stop()
+    const overdueSince = Number(/\nidempotency_purge_overdue_seconds (\S+)/.exec(await (await fetch(`${shorter.url}/metrics`)).text())?.[1])
+    expect(overdueSince).toBe(0)
+    await seedDone('gone-again-', 1, 700)
+    await waitFor(async () => (await count(`key like 'gone-again-%'`)) === 0, 'the purge to run after the stop')
+    expect(await count(`key = '${kept}'`)).toBe(1)
+    // Back up, the client's next retry is still replayed.
+    const back = await startServer(db.url, { ...env, IDEMPOTENCY_RETENTION_SECONDS: '600' })
+    try {
+      const later = await postPayment(back.url, body, { key: kept })
+      expect(later.headers.get('idempotent-replayed')).toBe('true')
+      expect(await later.json()).toEqual(answer)
+    } finally {
+      await back.stop()
+    }
     const [paid] = await db.sql<{ n: number }[]>`select count(*)::int as n from payments where idempotency_key = ${kept}`
     expect(paid?.n).toBe(1)
   } finally {
