@@ -181,10 +181,12 @@ async function main(): Promise<void> {
     await admin`checkpoint`
 
     const freezeLoad = load1()
-    if (previous && values['skip-freeze']) log(`VACUUM (FREEZE): the figures of the run of ${previous.at} (--skip-freeze)`)
+    // --skip-freeze: the figures of the run named by --previous, or none.
+    const skipFreeze = values['skip-freeze'] ?? false
+    if (skipFreeze) log(previous ? `VACUUM (FREEZE): the figures of the run of ${previous.at} (--skip-freeze)` : 'VACUUM (FREEZE): not run (--skip-freeze)')
     else log('one VACUUM (FREEZE) of idempotency_keys under the same load')
-    const freeze = previous && values['skip-freeze'] ? previous.freeze : await runFreeze({ url: large, provider, tool: settings.tool, connections: settings.connections, warmupSeconds: settings.warmupSeconds, seconds: settings.seconds, tag: `${id}_freeze`, retentionSeconds: RETENTION_SECONDS })
-    log(`VACUUM (FREEZE) took ${freeze.vacuumSeconds} s; p99 ${freeze.before.p99} ms before, ${freeze.during.map((w) => w.p99).join(', ')} ms during`)
+    const freeze = skipFreeze ? previous?.freeze ?? null : await runFreeze({ url: large, provider, tool: settings.tool, connections: settings.connections, warmupSeconds: settings.warmupSeconds, seconds: settings.seconds, tag: `${id}_freeze`, retentionSeconds: RETENTION_SECONDS })
+    if (freeze) log(`VACUUM (FREEZE) took ${freeze.vacuumSeconds} s; p99 ${freeze.before.p99} ms before, ${freeze.during.map((w) => w.p99).join(', ')} ms during`)
 
     const results: DayResults = {
       at: new Date().toISOString(),

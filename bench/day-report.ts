@@ -19,7 +19,8 @@ export interface DayResults {
   rounds: Record<'large' | 'empty' | 'purge', RoundResult[]>
   /** The purge's statement on the seeded table, idle. */
   purge: PurgePlan
-  freeze: FreezeResult
+  /** Null when the run skipped it (--skip-freeze, without --previous). */
+  freeze: FreezeResult | null
   totalSeconds: number
 }
 
@@ -40,7 +41,7 @@ export interface DaySummary {
   readonly purgeVsIngest: number
   readonly perRoundPurge: readonly number[]
   readonly purgeP99: number
-  readonly freezeP99: number
+  readonly freezeP99: number | null
   readonly exactlyOnce: { readonly rounds: number; readonly held: number; readonly payments: number; readonly charges: number }
 }
 
@@ -48,7 +49,7 @@ export function summarize(r: DayResults): DaySummary {
   const { large, empty, purge } = r.rounds
   const rps = (rounds: RoundResult[]) => median(rounds.map((x) => x.load.rps))
   const p99 = (rounds: RoundResult[]) => median(rounds.map((x) => x.load.p99))
-  const all: { exactlyOnce: RoundResult['exactlyOnce'] }[] = [...large, ...empty, ...purge, r.freeze]
+  const all: { exactlyOnce: RoundResult['exactlyOnce'] }[] = [...large, ...empty, ...purge, ...(r.freeze ? [r.freeze] : [])]
   return {
     largeVsEmpty: round2(rps(large) / rps(empty)),
     perRoundRatio: large.map((x, i) => round2(x.load.rps / (empty[i]?.load.rps ?? Number.NaN))),
@@ -56,7 +57,7 @@ export function summarize(r: DayResults): DaySummary {
     purgeVsIngest: round2(median(purge.map((x) => x.purgedPerSecond / x.load.rps))),
     perRoundPurge: purge.map((x) => round2(x.purgedPerSecond / x.load.rps)),
     purgeP99: round2(p99(purge) / p99(large)),
-    freezeP99: round2(median(r.freeze.during.map((w) => w.p99)) / r.freeze.before.p99),
+    freezeP99: r.freeze && round2(median(r.freeze.during.map((w) => w.p99)) / r.freeze.before.p99),
     exactlyOnce: {
       rounds: all.length,
       held: all.filter((x) => x.exactlyOnce.ok).length,
@@ -97,7 +98,9 @@ export function dayReport(r: DayResults): string {
     `| purge rate / ingest rate, serving at full speed | **${s.purgeVsIngest}×** (${n(med(purge, (x) => x.purgedPerSecond))} keys/s purged, ${n(med(purge, (x) => x.load.rps))} payments/s; rounds ${s.perRoundPurge.join(', ')}) | ≥ ${DAY_TARGETS.purgeVsIngest}× | ${verdict(s.purgeVsIngest >= DAY_TARGETS.purgeVsIngest)} |`,
     `| the purge's batch of ${r.purge.batchSize} on the seeded table, idle; under load (from its rate: a batch is ${PURGE_SHARE * 100} % of its cycle, the rest its pause) | p50 ${r.purge.batchP50Ms} ms, max ${r.purge.batchMaxMs} ms: at most ${n(r.purge.pacedCeiling)} keys/s paced; under load ${purge.map((x) => x.purged > 0 ? `${round2((1000 * r.purge.batchSize * PURGE_SHARE) / x.purgedPerSecond)} ms` : '–').join(', ')} | (read) | |`,
     `| p99 with the purge / without (seeded table) | **${s.purgeP99}×** (${med(purge, (x) => x.load.p99)} vs ${med(large, (x) => x.load.p99)} ms) | ≤ ${DAY_TARGETS.purgeP99}× | ${verdict(s.purgeP99 <= DAY_TARGETS.purgeP99)} |`,
-    `| one VACUUM (FREEZE) of idempotency_keys under load | **${f.vacuumSeconds} s**; p99 ${f.before.p99} ms before, ${f.during.map((w) => w.p99).join(', ')} ms during (median ${s.freezeP99}×); ${n(f.before.rps)} then ${f.during.map((w) => n(w.rps)).join(', ')} payments/s; age(relfrozenxid) ${n(f.frozenXidAge.before)} → ${n(f.frozenXidAge.after)} | (read) | |`,
+    f
+      ? `| one VACUUM (FREEZE) of idempotency_keys under load | **${f.vacuumSeconds} s**; p99 ${f.before.p99} ms before, ${f.during.map((w) => w.p99).join(', ')} ms during (median ${s.freezeP99}×); ${n(f.before.rps)} then ${f.during.map((w) => n(w.rps)).join(', ')} payments/s; age(relfrozenxid) ${n(f.frozenXidAge.before)} → ${n(f.frozenXidAge.after)} | (read) | |`
+      : '| one VACUUM (FREEZE) of idempotency_keys under load | not run (`--skip-freeze`) | (read) | |',
     `| exactly once, every round: payments = charges for the round's keys | ${s.exactlyOnce.held === s.exactlyOnce.rounds ? 'holds' : '**BROKEN**'} in ${s.exactlyOnce.held} of ${s.exactlyOnce.rounds} (${n(s.exactlyOnce.payments)} payments, ${n(s.exactlyOnce.charges)} charges) | holds | ${verdict(s.exactlyOnce.held === s.exactlyOnce.rounds)} |`,
     '',
     '| round | table | payments/s | p50 ms | p99 ms | seq scans | purged keys/s | exactly once (payments / charges) |',
