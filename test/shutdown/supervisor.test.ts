@@ -64,6 +64,10 @@ describe('the systemd unit', () => {
   })
 
   // Catches: a stop timeout shorter than the drain (systemd would SIGKILL requests the service is finishing).
+  test('it runs Bun with its allocator keeping the memory it freed, as `npm start` does', () => {
+    expect(UNIT).toMatch(/^Environment=MIMALLOC_PURGE_DELAY=-1$/m)
+  })
+
   test('its stop timeout outlasts the drain, and the stop signal is the one that drains', () => {
     const stopSeconds = Number(unit.get('TimeoutStopSec'))
     expect(stopSeconds * 1000).toBeGreaterThanOrEqual(DRAIN_TIMEOUT_MS + ABORTED_DRAIN_MS + 2_000)
