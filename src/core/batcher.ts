@@ -7,7 +7,8 @@
  * alone); under load one round trip, one parse and one WAL flush serve many
  * requests. A statement that runs long (a connection that froze under it, a
  * lock wait) does not hold the queue back: past `overlapAfterMs` the next
- * one goes beside it, up to `maxInFlight`.
+ * one goes beside it, up to `maxInFlight`; so does a statement's worth of
+ * members queued behind it (`overlapAtDepth`: a burst).
  *
  * A member's failure fails that member only: the statement answers per
  * member (a lost lease is a row that is missing, not an error). A statement
@@ -35,6 +36,14 @@ export interface BatcherOptions<Input, Output> {
    * waiting on something, and the queue goes on without it. @default 20
    */
   readonly overlapAfterMs?: number
+  /**
+   * Members queued behind a running statement that go out beside it at once,
+   * within maxInFlight, however young it is: a statement's worth is already
+   * waiting, so waiting on for the running one would add what is left of its
+   * time to each of theirs without making their statement cheaper per member.
+   * @default never (only overlapAfterMs)
+   */
+  readonly overlapAtDepth?: number
   /** Members per statement, so one statement stays short (its row locks, its plan). @default 128 */
   readonly maxBatch?: number
   /** Whether a failed batch should be retried member by member (one member's data or lock, not its connection). @default never */
@@ -71,6 +80,7 @@ export class Batcher<Input, Output> {
   readonly #maxInFlight: number
   readonly #maxBatch: number
   readonly #overlapAfterMs: number
+  readonly #overlapAtDepth: number
   readonly #isolate: (error: unknown) => boolean
   readonly #kindOf: ((input: Input) => string) | undefined
   #queue: Pending<Input, Output>[] = []
@@ -85,6 +95,7 @@ export class Batcher<Input, Output> {
     this.#maxInFlight = options.maxInFlight ?? 2
     this.#maxBatch = options.maxBatch ?? 128
     this.#overlapAfterMs = options.overlapAfterMs ?? 20
+    this.#overlapAtDepth = options.overlapAtDepth ?? Number.POSITIVE_INFINITY
     this.#isolate = options.isolate ?? (() => false)
     this.#kindOf = options.kindOf
   }
@@ -156,10 +167,11 @@ export class Batcher<Input, Output> {
     return taken
   }
 
-  /** Alone, or beside statements that have all run past overlapAfterMs, within maxInFlight. */
+  /** Alone; or within maxInFlight, beside statements that have all run past overlapAfterMs, or with overlapAtDepth members waiting. */
   #maySend(): boolean {
     if (this.#inFlight === 0) return true
-    return this.#inFlight < this.#maxInFlight && performance.now() - this.#youngestSentAt >= this.#overlapAfterMs
+    if (this.#inFlight >= this.#maxInFlight) return false
+    return this.#queue.length >= this.#overlapAtDepth || performance.now() - this.#youngestSentAt >= this.#overlapAfterMs
   }
 
   /** Members wait behind a running statement: look again when it has run overlapAfterMs. */

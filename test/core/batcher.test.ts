@@ -68,6 +68,30 @@ test('a statement still running after overlapAfterMs no longer holds the queue: 
   expect(lanes.most()).toBe(2)
 })
 
+// Catches: a burst that waits whole behind a young statement (the lane's overlapAtDepth ignored), or one that
+// goes out past maxInFlight.
+test('a statement\'s worth of members queued behind a young statement goes beside it at once, never more than maxInFlight', async () => {
+  const lanes = manual()
+  const batcher = new Batcher<number, number>({ run: lanes.run, overlapAfterMs: 60_000, overlapAtDepth: 3, maxInFlight: 2 })
+  const first = batcher.submit(0)
+  const early = [batcher.submit(1), batcher.submit(2)]
+  expect(lanes.statements.map((s) => s.inputs)).toEqual([[0]]) // two waiting: fewer than a statement's worth
+  const third = batcher.submit(3)
+  expect(lanes.statements.map((s) => s.inputs)).toEqual([[0], [1, 2, 3]])
+  // Both lanes taken: a second burst waits for one of them, however deep.
+  const burst = [4, 5, 6, 7].map((n) => batcher.submit(n))
+  expect(lanes.statements).toHaveLength(2)
+  lanes.statements[1]!.end()
+  expect(await Promise.all([...early, third])).toEqual([10, 20, 30])
+  await waitFor(() => lanes.statements.length === 3, 'the burst to go out once a lane is free')
+  expect(lanes.statements[2]!.inputs).toEqual([4, 5, 6, 7])
+  lanes.statements[0]!.end()
+  lanes.statements[2]!.end()
+  expect(await first).toBe(0)
+  expect(await Promise.all(burst)).toEqual([40, 50, 60, 70])
+  expect(lanes.most()).toBe(2)
+})
+
 // Catches: a batcher called idle while a member waits or a statement runs (the Citus lane would drop it, core/lane.ts).
 test('idle only with nothing queued and nothing in flight', async () => {
   let release = () => {}

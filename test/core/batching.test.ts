@@ -208,13 +208,14 @@ describe('declarative completions', () => {
 
 describe('claims and completions in one statement (core/lane.ts)', () => {
   // The tests that need one shared statement send through a lane that never overlaps: a first statement slower
-  // than the default 20 ms (a new connection on a busy machine) would otherwise let the queue behind it go beside
-  // it split by kind, and the statement under test would never be made.
-  const LONG_OVERLAP_MS = 60_000
+  // than the default 20 ms (a new connection on a busy machine), or more members queued behind it than the lane's
+  // overlapAtDepth, would otherwise let the queue go beside it split by kind, and the statement under test would
+  // never be made.
+  const NEVER_BESIDE = { overlapAfterMs: 60_000, overlapAtDepth: Number.POSITIVE_INFINITY }
   let shared: Pools
   beforeAll(() => {
     shared = openPools(db.url, { applicationName: 'lane-shared', shortMax: 2 })
-    laneOf(shared.short, { overlapAfterMs: LONG_OVERLAP_MS })
+    laneOf(shared.short, NEVER_BESIDE)
   })
   afterAll(async () => { await shared?.close(1) })
 
@@ -310,7 +311,7 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
   // a completion told its lease was lost), or half of it written (the claims' keys without the completions').
   test('a shared statement whose backend is terminated mid-query fails its claims and completions as unavailable and writes nothing', async () => {
     const pools = openPools(db.url, { applicationName: 'lane-cut', shortMax: 2 })
-    laneOf(pools.short, { overlapAfterMs: LONG_OVERLAP_MS })
+    laneOf(pools.short, NEVER_BESIDE)
     let blocker: TableLock | undefined
     try {
       const leases = await Promise.all(Array.from({ length: 3 }, () => claimed()))
@@ -390,7 +391,7 @@ describe('a deadlock with another session', () => {
   test('the lane\'s statement holds A and waits for B while another session holds B and waits for A: the members beside them commit while the other session still holds its locks, A and B fail alone', async () => {
     const cycle = await createTestDatabase('lane_deadlock')
     const pools = openPools(cycle.url, { applicationName: 'lane-deadlock', shortMax: 4 })
-    laneOf(pools.short, { overlapAfterMs: 60_000 }) // one shared statement for all four (see the lane tests above)
+    laneOf(pools.short, { overlapAfterMs: 60_000, overlapAtDepth: Number.POSITIVE_INFINITY }) // one shared statement for all four (see the lane tests above)
     const foreign = await cycle.sql.reserve()
     try {
       const leases: Lease[] = []
