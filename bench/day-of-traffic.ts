@@ -2,7 +2,7 @@
  * A day of traffic on one node (issue 40): `npm run bench:day`.
  *
  *   bun bench/day-of-traffic.ts [--keys 10000000] [--expired 0.1] [--rounds 5] [--seconds 10] [--warmup 5]
- *                               [--connections 32] [--calibrate 4000] [--load wrk|autocannon] [--json file] [--keep]
+ *                               [--connections 32] [--calibrate 4000] [--load wrk|autocannon] [--json file] [--keep] [--skip-freeze]
  *   bun bench/day-of-traffic.ts --database idem_day_xxxx --previous that-run.json [--skip-freeze] [...]   (rounds again on a kept table)
  *
  * 1. A fresh database `idem_day_*` on DATABASE_URL's server, migrated; the
