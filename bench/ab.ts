@@ -4,13 +4,15 @@
  * lever, e.g. `git worktree add /tmp/before HEAD~1`, with a node_modules
  * symlink) and the naive app, in the rounds `npm run bench` runs
  * (bench/versus-naive.ts: a fresh database and a freshly started process per
- * round, wrk as the load), interleaved (A B N, N B A, ...), so a drift of
- * the machine hits all three alike. Prints each round and the medians.
+ * round, wrk as the load), interleaved so that over three rounds each takes
+ * each place once (A B N, B N A, N A B, then the same reversed), and a drift
+ * of the machine, or whatever favours a place in the order, hits all three
+ * alike. Prints each round and the medians.
  *
  * cells: a comma-separated list of `fresh`, `replay`, `slow` (200 ms
  * provider, 256 connections), `fresh1m` (fresh, on a table of 1,000,000
  * keys). @default fresh,replay
- * BENCH_ROUNDS (4), BENCH_ROUND_SECONDS (5) as in `npm run bench`.
+ * BENCH_ROUNDS (6: a multiple of three keeps the places even), BENCH_ROUND_SECONDS (5) as in `npm run bench`.
  */
 import { loadavg } from 'node:os'
 import { startProvider, type BenchProvider } from './provider'
@@ -21,11 +23,17 @@ import { median, runRound, type Kind, type RoundResult, type Side } from './vers
 const other = process.argv[2]
 if (!other) throw new Error('usage: bun bench/ab.ts <other checkout> [fresh,replay,slow]')
 const cells = (process.argv[3] ?? 'fresh,replay').split(',')
-const rounds = Number(process.env.BENCH_ROUNDS ?? 4)
+const rounds = Number(process.env.BENCH_ROUNDS ?? 6)
 const seconds = Number(process.env.BENCH_ROUND_SECONDS ?? 5)
 
 type Variant = 'this' | 'other' | 'naive'
 const VARIANTS: readonly Variant[] = ['this', 'other', 'naive']
+/** Round n's order: rotated by one a round, and reversed in every second run of three (a balanced Latin square). */
+function placesOf(round: number): readonly Variant[] {
+  const shift = (round - 1) % 3
+  const rotated = [...VARIANTS.slice(shift), ...VARIANTS.slice(0, shift)]
+  return Math.floor((round - 1) / 3) % 2 === 0 ? rotated : rotated.reverse()
+}
 const log = (line: string) => console.error(`[ab load ${loadavg()[0]!.toFixed(2)}] ${line}`)
 
 const server = await openBenchServer(log)
@@ -39,7 +47,7 @@ try {
   if (slow) providers.push(slow)
   const results = new Map<string, RoundResult[]>()
   for (let round = 1; round <= rounds; round++) {
-    const order = round % 2 === 1 ? VARIANTS : [...VARIANTS].reverse()
+    const order = placesOf(round)
     for (const cell of cells) {
       for (const variant of order) {
         const side: Side = variant === 'naive' ? 'naive' : 'service'
