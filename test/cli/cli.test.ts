@@ -106,6 +106,7 @@ describe('who acts', () => {
     try {
       chmodSync(dir, 0o755)
       expect(Bun.spawnSync([BUN, 'build', 'src/cli.ts', '--target=bun', '--outfile', join(dir, 'cli.js')]).exitCode).toBe(0)
+      chmodSync(join(dir, 'cli.js'), 0o644) // written under the runner's umask: 0600 under a hardened 077
       copyFileSync(BUN, join(dir, 'bun'))
       chmodSync(join(dir, 'bun'), 0o755)
       const proc = Bun.spawn(['setpriv', '--reuid', '54321', '--regid', '54321', '--clear-groups', join(dir, 'bun'), 'cli.js', 'expire', 'nobody', 'cli-nobody'], {
