@@ -206,8 +206,7 @@ const LAYOUTS: readonly Layout[] = [
     // route's constant content-type (the route would add it back), and the answers' completion time indexed
     // by block range (BRIN: answers are written in completion order, so the purge's oldest are the first blocks).
     // The list full (fillfactor 100): an entry is inserted and deleted, never updated by a completion, and a
-    // page's deleted entries are pruned for the next inserts; the engine's list is at 25 % to stay past the
-    // planner's crossover (sql/engine/00010), which this layout's deletes would have to do without.
+    // page's deleted entries are pruned for the next inserts (the engine's own list since sql/engine/00018).
     ddl: `
       create table layout_keys (
         tenant text not null, key text not null, method text not null, path text not null, fingerprint bytea not null,
