@@ -12,8 +12,9 @@
 -- release, a stale take-over and idempotency_complete from about 20), and a
 -- plan is kept until the list's statistics change. Those changed at its first
 -- vacuum, after 50 dead entries by default: a smoke test's worth, a page or
--- four, and the burst that came next read the list whole until the vacuum
--- after (true at a quarter too, for the single-key deletes). So the list is
+-- four, and a statement whose generic plan was made on them read the list
+-- whole until the vacuum after (true at a quarter too, for the single-key
+-- deletes; at 100 % 343 scans in growth-scans.test.ts). So the list is
 -- first vacuumed and analyzed after 10,000 entries come and gone, like the
 -- keys after their first 1,000 changes: at 100 % that is 76 to 80 pages (48 and
 -- 4 requests at a time; 25 to 35 after 5,000), where every statement probes
