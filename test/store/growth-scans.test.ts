@@ -11,26 +11,24 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
+import { firstLooks } from '../support/autovacuum'
 import { waitFor } from '../support/wait'
 
 const PAYMENTS = 100_000
 const CONCURRENCY = 48
-/**
- * Where autovacuum would first look at each table, past its thresholds (the keys after 1,000 changes, 500
- * payments: sql/engine/00006; the processing list after 10,000 entries: 00018), and later at both.
- */
-const VACUUM_AT = new Map([
-  [600, 'idempotency_keys'],
-  [10_000, 'idempotency_keys, idempotency_processing'],
-  [30_000, 'idempotency_keys, idempotency_processing'],
-  [70_000, 'idempotency_keys, idempotency_processing'],
-])
+/** Payments after which autovacuum would look at each table: first past its thresholds (firstLooks), then at both. */
+const vacuumAt = new Map<number, string>()
 
 let db: TestDatabase
 let app: InProcessService
 beforeAll(async () => {
   db = await createTestDatabase('growth_scans')
   for (const table of ['idempotency_keys', 'idempotency_processing']) await db.sql.unsafe(`alter table ${table} set (autovacuum_enabled = false)`)
+  const first = await firstLooks(db.sql)
+  for (const n of [30_000, 70_000]) vacuumAt.set(n, 'idempotency_keys, idempotency_processing')
+  vacuumAt.set(first.list, 'idempotency_processing')
+  vacuumAt.set(first.keys, vacuumAt.get(first.keys) === undefined ? 'idempotency_keys' : 'idempotency_keys, idempotency_processing')
+  expect(Math.max(first.keys, first.list)).toBeLessThan(30_000)
   app = await startApp(db)
 })
 afterAll(async () => {
@@ -58,7 +56,7 @@ test(`${PAYMENTS.toLocaleString('en')} fresh payments from an empty database: no
   await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
     while (next < PAYMENTS) {
       const n = next++
-      const tables = VACUUM_AT.get(n)
+      const tables = vacuumAt.get(n)
       if (tables) {
         vacuums++
         await db.sql.unsafe(`vacuum analyze ${tables}`)
@@ -86,7 +84,7 @@ test(`${PAYMENTS.toLocaleString('en')} fresh payments from an empty database: no
     `index scans: keys ${delta('idempotency_keys', 'idx_scan')}, processing ${delta('idempotency_processing', 'idx_scan')}`)
 
   expect(Object.fromEntries(statuses)).toEqual({ 201: PAYMENTS })
-  expect(vacuums).toBe(VACUUM_AT.size)
+  expect(vacuums).toBe(vacuumAt.size)
   const [row] = await db.sql<{ payments: number }[]>`select count(*)::int as payments from payments`
   expect(row!.payments).toBe(PAYMENTS)
   expect(delta('idempotency_keys', 'seq_scan')).toBe(0)

@@ -21,6 +21,7 @@ import { release } from '../../src/core/release'
 import type { Lease, RequestIdentity } from '../../src/core/types'
 import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
+import { firstLooks } from '../support/autovacuum'
 import { capturePlans, type PlanCapture } from '../support/plans'
 
 const TABLES = ['idempotency_keys', 'idempotency_processing'] as const
@@ -117,16 +118,9 @@ test('every statement of the request path reaches the key tables by their indexe
 })
 
 test('and with the statistics of their first autovacuum, which the tables put past the crossover (sql/engine/00006, 00018)', async () => {
-  // The least a table has been through when autovacuum first looks at it: its thresholds.
-  const thresholds = await db.sql<{ relname: string; options: string[] }[]>`
-    select relname, reloptions as options from pg_class where relname in ('idempotency_keys', 'idempotency_processing')`
-  const least = (table: string, name: string) => Number(thresholds.find((row) => row.relname === table)!.options
-    .find((option) => option.startsWith(`${name}=`))!.split('=')[1])
-  const keys = Math.min(least('idempotency_keys', 'autovacuum_vacuum_threshold'), least('idempotency_keys', 'autovacuum_analyze_threshold')) / 2
-  // An entry is an insert and a delete (two changes to analyze, one dead row and one insert to vacuum): the
-  // first of them (sql/engine/00018; with the defaults it was 50 dead entries, a page or four).
-  const listed = Math.min(least('idempotency_processing', 'autovacuum_vacuum_threshold'),
-    least('idempotency_processing', 'autovacuum_vacuum_insert_threshold'), least('idempotency_processing', 'autovacuum_analyze_threshold') / 2)
+  // The least a table has been through when autovacuum first looks at it: its thresholds (with the defaults the
+  // list's was 50 entries, a page or four).
+  const { keys, list: listed } = await firstLooks(db.sql)
   // Keys as a payment leaves them (an insert and a completion each: two changes), the list's rows come and gone.
   await db.sql`
     insert into idempotency_keys (tenant, key, method, path, fingerprint, status, completed_at, response_status, response_headers, response_body)
