@@ -40,7 +40,7 @@ import { startApp } from '../test/support/app'
 import type { TestDatabase } from '../test/support/db'
 import { defaultLoadTool, type LoadTool } from './day-load'
 import { dayReport, type DayResults } from './day-report'
-import { runDayRound, runFreeze, type RoundResult } from './day-rounds'
+import { FREEZE_AS, runDayRound, runFreeze, type FreezeAs, type FreezeResult, type RoundResult } from './day-rounds'
 import { purgePlan } from './day-purge-plan'
 import { fillfactorFor, seedDay, type DaySeed } from './day-seed'
 import { keyBytes, pay, settledKeyBytes, type KeyBytes } from './key-bytes'
@@ -71,6 +71,8 @@ const { values } = parseArgs({
     /** That run's JSON: its calibration and seed figures (and its VACUUM's, with --skip-freeze). */
     previous: { type: 'string' },
     'skip-freeze': { type: 'boolean', default: false },
+    /** How the key table is frozen (day-rounds.ts FreezeAs), one or both in order: `autovacuum,manual` runs both on the one table (the first freezes next to nothing). */
+    'freeze-as': { type: 'string', default: 'manual' },
     /** The cells to run, e.g. `large,empty` (all three by default). */
     cells: { type: 'string', default: CELLS.join(',') },
     keep: { type: 'boolean', default: false },
@@ -86,6 +88,8 @@ const settings = {
   warmupSeconds: number('warmup'), connections: number('connections'), calibrate: Math.max(1, number('calibrate')),
   tool: (values.load ?? defaultLoadTool()) as LoadTool, retentionSeconds: RETENTION_SECONDS,
 }
+const freezeAs = values['freeze-as']!.split(',').map((a) => a.trim()) as FreezeAs[]
+if (freezeAs.length === 0 || freezeAs.some((a) => !FREEZE_AS.includes(a)) || new Set(freezeAs).size !== freezeAs.length) throw new Error(`--freeze-as must name ${FREEZE_AS.join(' or ')}, or both, got ${values['freeze-as']}`)
 const cells = values.cells!.split(',').map((c) => c.trim()) as Cell[]
 if (cells.length === 0 || cells.some((c) => !CELLS.includes(c))) throw new Error(`--cells must name some of ${CELLS.join(', ')}, got ${values.cells}`)
 if (settings.tool !== 'wrk' && settings.tool !== 'autocannon') throw new Error(`--load must be wrk or autocannon, got ${settings.tool}`)
@@ -184,9 +188,13 @@ async function main(): Promise<void> {
     // --skip-freeze: the figures of the run named by --previous, or none.
     const skipFreeze = values['skip-freeze'] ?? false
     if (skipFreeze) log(previous ? `VACUUM (FREEZE): the figures of the run of ${previous.at} (--skip-freeze)` : 'VACUUM (FREEZE): not run (--skip-freeze)')
-    else log('one VACUUM (FREEZE) of idempotency_keys under the same load')
-    const freeze = skipFreeze ? previous?.freeze ?? null : await runFreeze({ url: large, provider, tool: settings.tool, connections: settings.connections, warmupSeconds: settings.warmupSeconds, seconds: settings.seconds, tag: `${id}_freeze`, retentionSeconds: RETENTION_SECONDS })
-    if (freeze) log(`VACUUM (FREEZE) took ${freeze.vacuumSeconds} s; p99 ${freeze.before.p99} ms before, ${freeze.during.map((w) => w.p99).join(', ')} ms during`)
+    const freezes: FreezeResult[] = skipFreeze ? previous?.freezes ?? (previous?.freeze ? [previous.freeze] : []) : []
+    for (const as of skipFreeze ? [] : freezeAs) {
+      log(`one ${as === 'manual' ? 'VACUUM (FREEZE)' : 'aggressive, throttled VACUUM (as anti-wraparound autovacuum)'} of idempotency_keys under the same load`)
+      const freeze = await runFreeze({ url: large, provider, tool: settings.tool, connections: settings.connections, warmupSeconds: settings.warmupSeconds, seconds: settings.seconds, tag: `${id}_freeze_${as}`, retentionSeconds: RETENTION_SECONDS, as })
+      log(`${as}: took ${freeze.vacuumSeconds} s; p99 ${freeze.before.p99} ms before, ${freeze.during.map((w) => w.p99).join(', ')} ms during; age(relfrozenxid) ${freeze.frozenXidAge.before} -> ${freeze.frozenXidAge.after}`)
+      freezes.push(freeze)
+    }
 
     const results: DayResults = {
       at: new Date().toISOString(),
@@ -197,7 +205,7 @@ async function main(): Promise<void> {
       seeded,
       rounds,
       purge,
-      freeze,
+      freezes,
       totalSeconds: Math.round((performance.now() - runStarted) / 1000),
     }
     mkdirSync(dirname(values.json!), { recursive: true })

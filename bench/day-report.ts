@@ -19,8 +19,10 @@ export interface DayResults {
   rounds: Record<'large' | 'empty' | 'purge', RoundResult[]>
   /** The purge's statement on the seeded table, idle. */
   purge: PurgePlan
-  /** Null when the run skipped it (--skip-freeze, without --previous). */
-  freeze: FreezeResult | null
+  /** Each VACUUM that froze the key table, in the order run (--freeze-as); none with --skip-freeze without --previous. */
+  freezes: FreezeResult[]
+  /** Runs before --freeze-as: their one manual VACUUM (FREEZE), or null. */
+  freeze?: FreezeResult | null
   totalSeconds: number
 }
 
@@ -41,15 +43,20 @@ export interface DaySummary {
   readonly purgeVsIngest: number
   readonly perRoundPurge: readonly number[]
   readonly purgeP99: number
-  readonly freezeP99: number | null
+  /** Per VACUUM run (DayResults.freezes): the median p99 of its windows over the window before. */
+  readonly freezeP99: readonly number[]
   readonly exactlyOnce: { readonly rounds: number; readonly held: number; readonly payments: number; readonly charges: number }
 }
 
+/** A run's freezes, also from a run written before --freeze-as (its one `freeze`). */
+export const freezesOf = (r: DayResults): FreezeResult[] => r.freezes ?? (r.freeze ? [r.freeze] : [])
+
 export function summarize(r: DayResults): DaySummary {
   const { large, empty, purge } = r.rounds
+  const freezes = freezesOf(r)
   const rps = (rounds: RoundResult[]) => median(rounds.map((x) => x.load.rps))
   const p99 = (rounds: RoundResult[]) => median(rounds.map((x) => x.load.p99))
-  const all: { exactlyOnce: RoundResult['exactlyOnce'] }[] = [...large, ...empty, ...purge, ...(r.freeze ? [r.freeze] : [])]
+  const all: { exactlyOnce: RoundResult['exactlyOnce'] }[] = [...large, ...empty, ...purge, ...freezes]
   return {
     largeVsEmpty: round2(rps(large) / rps(empty)),
     perRoundRatio: large.map((x, i) => round2(x.load.rps / (empty[i]?.load.rps ?? Number.NaN))),
@@ -57,7 +64,7 @@ export function summarize(r: DayResults): DaySummary {
     purgeVsIngest: round2(median(purge.map((x) => x.purgedPerSecond / x.load.rps))),
     perRoundPurge: purge.map((x) => round2(x.purgedPerSecond / x.load.rps)),
     purgeP99: round2(p99(purge) / p99(large)),
-    freezeP99: r.freeze && round2(median(r.freeze.during.map((w) => w.p99)) / r.freeze.before.p99),
+    freezeP99: freezes.map((f) => round2(median(f.during.map((w) => w.p99)) / f.before.p99)),
     exactlyOnce: {
       rounds: all.length,
       held: all.filter((x) => x.exactlyOnce.ok).length,
@@ -74,7 +81,10 @@ export function dayReport(r: DayResults): string {
   const s = summarize(r)
   const { large, empty, purge } = r.rounds
   const med = (rounds: RoundResult[], pick: (x: RoundResult) => number) => round2(median(rounds.map(pick)))
-  const f = r.freeze
+  const freezes = freezesOf(r)
+  const vacuumOf = (f: FreezeResult) => (f.as ?? 'manual') === 'manual'
+    ? 'one VACUUM (FREEZE) of idempotency_keys under load (manual: unthrottled, every row frozen)'
+    : 'one aggressive VACUUM of idempotency_keys under load, as anti-wraparound autovacuum runs it (2 ms cost delay, rows younger than 50 M transactions left unfrozen)'
   const bytes = (k: KeyBytes) => `${n(k.perKey)} B (heap ${n(k.heap / k.done)}, TOAST ${n(k.toast / k.done)}, indexes ${n(k.indexes / k.done)}, maps ${n(k.maps / k.done)}, processing list ${n(k.processing / k.done)}; ${k.rowsPerPage.toFixed(1)} rows per page of ${n(k.avgRow)} B)`
   const row = (cell: string, rounds: RoundResult[]) => rounds.map((x, i) =>
     `| ${i + 1} | ${cell} | ${n(x.load.rps)} | ${x.load.p50} | ${x.load.p99} | ${x.seqScans} | ${cell === 'purge' ? `${n(x.purgedPerSecond)} (${x.expiredLeft === 0 ? "none left: the backlog ran out, a floor" : `${n(x.expiredLeft)} left`})` : ''} | ${x.exactlyOnce.ok ? 'holds' : '**BROKEN**'} (${n(x.exactlyOnce.payments)} / ${n(x.exactlyOnce.charges)}) |`)
@@ -98,9 +108,9 @@ export function dayReport(r: DayResults): string {
     `| purge rate / ingest rate, serving at full speed | **${s.purgeVsIngest}×** (${n(med(purge, (x) => x.purgedPerSecond))} keys/s purged, ${n(med(purge, (x) => x.load.rps))} payments/s; rounds ${s.perRoundPurge.join(', ')}) | ≥ ${DAY_TARGETS.purgeVsIngest}× | ${verdict(s.purgeVsIngest >= DAY_TARGETS.purgeVsIngest)} |`,
     `| the purge's batch of ${r.purge.batchSize} on the seeded table, idle; under load (from its rate: a batch is ${PURGE_SHARE * 100} % of its cycle, the rest its pause) | p50 ${r.purge.batchP50Ms} ms, max ${r.purge.batchMaxMs} ms: at most ${n(r.purge.pacedCeiling)} keys/s paced; under load ${purge.map((x) => x.purged > 0 ? `${round2((1000 * r.purge.batchSize * PURGE_SHARE) / x.purgedPerSecond)} ms` : '–').join(', ')} | (read) | |`,
     `| p99 with the purge / without (seeded table) | **${s.purgeP99}×** (${med(purge, (x) => x.load.p99)} vs ${med(large, (x) => x.load.p99)} ms) | ≤ ${DAY_TARGETS.purgeP99}× | ${verdict(s.purgeP99 <= DAY_TARGETS.purgeP99)} |`,
-    f
-      ? `| one VACUUM (FREEZE) of idempotency_keys under load | **${f.vacuumSeconds} s**; p99 ${f.before.p99} ms before, ${f.during.map((w) => w.p99).join(', ')} ms during (median ${s.freezeP99}×); ${n(f.before.rps)} then ${f.during.map((w) => n(w.rps)).join(', ')} payments/s; age(relfrozenxid) ${n(f.frozenXidAge.before)} → ${n(f.frozenXidAge.after)} | (read) | |`
-      : '| one VACUUM (FREEZE) of idempotency_keys under load | not run (`--skip-freeze`) | (read) | |',
+    ...(freezes.length === 0
+      ? ['| one VACUUM (FREEZE) of idempotency_keys under load | not run (`--skip-freeze`) | (read) | |']
+      : freezes.map((f, i) => `| ${vacuumOf(f)} | **${f.vacuumSeconds} s**; p99 ${f.before.p99} ms before, ${f.during.map((w) => w.p99).join(', ')} ms during (median ${s.freezeP99[i]}×); ${n(f.before.rps)} then ${f.during.map((w) => n(w.rps)).join(', ')} payments/s; age(relfrozenxid) ${n(f.frozenXidAge.before)} → ${n(f.frozenXidAge.after)} | (read) | |`)),
     `| exactly once, every round: payments = charges for the round's keys | ${s.exactlyOnce.held === s.exactlyOnce.rounds ? 'holds' : '**BROKEN**'} in ${s.exactlyOnce.held} of ${s.exactlyOnce.rounds} (${n(s.exactlyOnce.payments)} payments, ${n(s.exactlyOnce.charges)} charges) | holds | ${verdict(s.exactlyOnce.held === s.exactlyOnce.rounds)} |`,
     '',
     '| round | table | payments/s | p50 ms | p99 ms | seq scans | purged keys/s | exactly once (payments / charges) |',

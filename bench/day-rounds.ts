@@ -99,9 +99,21 @@ export async function runDayRound(spec: RoundSpec): Promise<RoundResult> {
   }
 }
 
-export type FreezeSpec = Omit<RoundSpec, 'purge'>
+/**
+ * How the key table is frozen: `manual`, `VACUUM (FREEZE)` as an operator types it (unthrottled, every row
+ * frozen); `autovacuum`, what PostgreSQL's anti-wraparound autovacuum does to it: an aggressive VACUUM (every
+ * page not yet all-frozen is read) throttled as autovacuum is by default (2 ms after each 200 cost units), that
+ * freezes only rows older than vacuum_freeze_min_age (50 M transactions). Keys live for the retention (a day),
+ * so in production that vacuum reads the table and freezes next to nothing.
+ */
+export type FreezeAs = 'manual' | 'autovacuum'
+export const FREEZE_AS: readonly FreezeAs[] = ['manual', 'autovacuum']
+
+export type FreezeSpec = Omit<RoundSpec, 'purge'> & { readonly as: FreezeAs }
 
 export interface FreezeResult {
+  /** Absent in runs before it was a choice: manual. */
+  readonly as?: FreezeAs
   readonly vacuumSeconds: number
   /** One window of load just before the VACUUM, on the same service. */
   readonly before: FreshLoad
@@ -112,7 +124,7 @@ export interface FreezeResult {
   readonly exactlyOnce: ExactlyOnce
 }
 
-/** One VACUUM (FREEZE) of idempotency_keys while fresh payments run at full speed, in windows of `seconds`. */
+/** One VACUUM of idempotency_keys that freezes it (`spec.as`) while fresh payments run at full speed, in windows of `seconds`. */
 export async function runFreeze(spec: FreezeSpec): Promise<FreezeResult> {
   const sql = postgres(spec.url, { max: 1, onnotice: () => undefined })
   const vacuum = postgres(spec.url, { max: 1, onnotice: () => undefined })
@@ -127,9 +139,14 @@ export async function runFreeze(spec: FreezeSpec): Promise<FreezeResult> {
       const options = { url: service.url, connections: spec.connections, customer }
       if (spec.warmupSeconds > 0) await freshLoad(spec.tool, { ...options, seconds: spec.warmupSeconds, prefix: `${spec.tag}-w-` })
       before = await freshLoad(spec.tool, { ...options, seconds: spec.seconds, prefix: `${spec.tag}-b-` })
+      if (spec.as === 'autovacuum') {
+        await vacuum`set vacuum_freeze_table_age = 0`
+        await vacuum`set vacuum_cost_delay = '2ms'`
+        await vacuum`set vacuum_cost_limit = 200`
+      }
       const started = performance.now()
       let running = true
-      const frozen = vacuum`vacuum (freeze) idempotency_keys`.then(() => { vacuumSeconds = (performance.now() - started) / 1000 }).finally(() => { running = false })
+      const frozen = (spec.as === 'autovacuum' ? vacuum`vacuum idempotency_keys` : vacuum`vacuum (freeze) idempotency_keys`).then(() => { vacuumSeconds = (performance.now() - started) / 1000 }).finally(() => { running = false })
       try {
         for (let window = 0; window === 0 || running; window++)
           during.push(await freshLoad(spec.tool, { ...options, seconds: spec.seconds, prefix: `${spec.tag}-v${window}-` }))
@@ -142,6 +159,7 @@ export async function runFreeze(spec: FreezeSpec): Promise<FreezeResult> {
     const failed = [before, ...during].reduce((sum, w) => sum + w.failed, 0)
     if (failed > 0) throw new Error(`VACUUM (FREEZE) round: ${failed} answers failed:\n${service.output().slice(-2000)}`)
     return {
+      as: spec.as,
       vacuumSeconds: round2(vacuumSeconds),
       before,
       during,
