@@ -226,14 +226,15 @@ export async function startHeartbeat(sql: Sql, options: HeartbeatOptions = {}): 
       await running
       // Its keys are taken for abandoned at once either way. A row that says a retention stays, its last beat dated
       // PROCESS_ALIVE_SECONDS back (gone to every reader, of this release and the ones before), so that the purges
-      // keep the keys it completed until now plus its retention (longestRetention).
+      // keep the keys it completed until now plus its retention (longestRetention); stopped_at says when it stopped
+      // to operators (operations/show.ts), since the beat no longer does.
       const kept = row.retentionSeconds !== null
       if (onEveryNode) {
-        const gone = kept ? `update %s set heartbeat_at = now() - interval '${PROCESS_ALIVE_SECONDS} seconds', leases = '{}' where id = %L` : 'delete from %s where id = %L'
+        const gone = kept ? `update %s set heartbeat_at = now() - interval '${PROCESS_ALIVE_SECONDS} seconds', stopped_at = now(), leases = '{}' where id = %L` : 'delete from %s where id = %L'
         await onPlacements(sql, sql`format(${gone}, '%s', ${id}::text)`).catch(() => undefined)
       } else if (kept) {
         await sql`
-          update idempotency_processes set heartbeat_at = now() - make_interval(secs => ${PROCESS_ALIVE_SECONDS}), leases = '{}'
+          update idempotency_processes set heartbeat_at = now() - make_interval(secs => ${PROCESS_ALIVE_SECONDS}), stopped_at = now(), leases = '{}'
            where id = ${id}`.catch(() => undefined)
       } else {
         await sql`delete from idempotency_processes where id = ${id}`.catch(() => undefined)

@@ -7,6 +7,10 @@ export function ownerText(detail: KeyDetail): string {
   const owner = detail.owner
   if (!owner) return detail.status === 'processing' ? 'unknown (claimed without a heartbeat): taken for alive until its deadline' : 'none (nobody holds the key)'
   if (owner.pid === null) return `process ${owner.id}: gone (no heartbeat row)`
+  if (owner.stoppedAt !== null && !owner.alive) {
+    const when = owner.heartbeatAgeSeconds === null ? '' : ` ${formatAge(owner.heartbeatAgeSeconds)} ago`
+    return `pid ${owner.pid} on ${owner.hostname ?? '?'}: stopped${when} (shut down cleanly before this request finished)`
+  }
   const beat = owner.heartbeatAgeSeconds === null ? '' : `, last heartbeat ${formatAge(owner.heartbeatAgeSeconds)} ago`
   return `pid ${owner.pid} on ${owner.hostname ?? '?'}${beat}: ${owner.alive ? 'alive' : `gone (no heartbeat for ${OWNER_ALIVE_SECONDS}s)`}`
 }

@@ -76,6 +76,7 @@ export function keyDetailJson(detail: KeyDetail) {
       started_at: iso(detail.owner.startedAt),
       heartbeat_at: iso(detail.owner.heartbeatAt),
       heartbeat_age_seconds: detail.owner.heartbeatAgeSeconds === null ? null : Math.floor(detail.owner.heartbeatAgeSeconds),
+      stopped_at: iso(detail.owner.stoppedAt),
       alive: detail.owner.alive,
     },
     force_expire: detail.expirePreview,

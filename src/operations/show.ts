@@ -19,8 +19,11 @@ export interface OwnerProcess {
   readonly pid: number | null
   readonly hostname: string | null
   readonly startedAt: Date | null
+  /** Its last heartbeat; for a process that stopped cleanly, its stop (the row's own beat is dated back to say gone). */
   readonly heartbeatAt: Date | null
   readonly heartbeatAgeSeconds: number | null
+  /** When it stopped cleanly (sql/engine/00019), or null: it runs, died, or was of an earlier release. */
+  readonly stoppedAt: Date | null
   /** A heartbeat within PROCESS_ALIVE_SECONDS. */
   readonly alive: boolean
 }
@@ -119,6 +122,7 @@ interface Row {
   started_at: Date | null
   heartbeat_at: Date | null
   heartbeat_age_seconds: number | null
+  stopped_at: Date | null
   stale_at: Date | null
   worked_on: boolean
 }
@@ -151,8 +155,8 @@ export async function showKey(context: OperationsContext, tenant: string, key: s
            k.stale_at,
            (${expired(sql, sql`params.now`, context.retentionSeconds)} or ${releasedExpired(sql, sql`params.now`, context.retentionSeconds)}) as past_retention,
            ${ownerAliveCondition(sql, now)} as owner_alive,
-           pr.pid, pr.hostname, pr.started_at, pr.heartbeat_at,
-           greatest(0, extract(epoch from (params.now - pr.heartbeat_at)))::float8 as heartbeat_age_seconds
+           pr.pid, pr.hostname, pr.started_at, coalesce(pr.stopped_at, pr.heartbeat_at) as heartbeat_at, pr.stopped_at,
+           greatest(0, extract(epoch from (params.now - coalesce(pr.stopped_at, pr.heartbeat_at))))::float8 as heartbeat_age_seconds
       from idempotency_keys k
      cross join params
       left join idempotency_processes pr on pr.id = k.owner
@@ -191,6 +195,7 @@ export async function showKey(context: OperationsContext, tenant: string, key: s
       startedAt: row.started_at,
       heartbeatAt: row.heartbeat_at,
       heartbeatAgeSeconds: row.heartbeat_age_seconds,
+      stoppedAt: row.stopped_at,
       alive: row.owner_alive,
     },
     expirePreview: row.status !== 'processing' ? 'not_processing' : row.expirable ? 'expire' : 'worker_alive',

@@ -9,7 +9,9 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { claim } from '../../src/core/claim'
 import { forceExpire } from '../../src/core/force-expire'
 import { newLeaseId } from '../../src/core/lease-id'
-import { startHeartbeat } from '../../src/core/processes'
+import { PROCESS_ALIVE_SECONDS, startHeartbeat } from '../../src/core/processes'
+import { operations } from '../../src/operations'
+import { ownerText } from '../../src/operations/describe'
 import type { Lease } from '../../src/core/types'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { identity } from '../support/keys'
@@ -111,6 +113,21 @@ describe('the heartbeat', () => {
     } finally {
       await beat.stop()
     }
+  })
+
+  // Catches: a stop that does not say when it stopped, and a key page that shows the beat the stop dated back
+  // (PROCESS_ALIVE_SECONDS before the stop) as the owner's last sign of life.
+  test('a clean stop is gone at once, and the key it left in flight says when it stopped', async () => {
+    const beat = await startHeartbeat(db.pools.short, { intervalMs: 60_000, retentionSeconds: 3600 })
+    const lease = await claimedBy(beat.id, 0)
+    await beat.stop()
+    const [row] = await db.sql<{ stopped_at: Date | null; heartbeat_at: Date }[]>`select stopped_at, heartbeat_at from idempotency_processes where id = ${beat.id}`
+    expect(row!.stopped_at!.getTime() - row!.heartbeat_at.getTime()).toBe(PROCESS_ALIVE_SECONDS * 1000)
+    const detail = (await operations({ sql: db.pools.short, ttlSeconds: TTL, retentionSeconds: 3600 }).show(lease.tenant, lease.key))!
+    expect(detail.owner).toMatchObject({ id: beat.id, alive: false, stoppedAt: row!.stopped_at, heartbeatAt: row!.stopped_at })
+    expect(detail.owner!.heartbeatAgeSeconds!).toBeLessThan(PROCESS_ALIVE_SECONDS)
+    expect(ownerText(detail)).toMatch(/: stopped \d+s ago \(shut down cleanly before this request finished\)$/)
+    expect(detail.expirePreview).toBe('expire')
   })
 
   test('leases are drawn by the service: 63 random bits, no sequence in the database', async () => {

@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { downstreamKey } from '../../src/core/downstream-key'
+import { ownerText } from '../../src/operations/describe'
 import { operations, OperationInputError, parseAuditFilters, parseKeyFilters, type Operations } from '../../src/operations'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { createKey, identity, secondsAfter } from '../support/keys'
@@ -92,6 +93,17 @@ describe('show', () => {
     expect(detail.owner).toMatchObject({ pid: 4242, hostname: 'web-7', alive: false, heartbeatAgeSeconds: 600 })
     expect(detail.downstreamKey).toBe(downstreamKey({ tenant: 'show', key: 'dead-owner', requestId: row!.request_id }))
     expect(detail.payment).toBeNull()
+  })
+
+  test('a key whose owner stopped cleanly: the stop, not the beat it dated back', async () => {
+    const owner = crypto.randomUUID()
+    await db.sql`insert into idempotency_processes (id, pid, hostname, heartbeat_at, stopped_at) values (${owner}, 4243, 'web-8', ${ago(15)}, ${ago(5)})`
+    await processing('show', 'stopped-owner', 8)
+    await db.sql`update idempotency_keys set owner = ${owner} where tenant = 'show' and key = 'stopped-owner'`
+    const detail = (await ops.show('show', 'stopped-owner'))!
+    expect(detail.owner).toMatchObject({ pid: 4243, alive: false, heartbeatAt: ago(5), heartbeatAgeSeconds: 5, stoppedAt: ago(5) })
+    expect(ownerText(detail)).toBe('pid 4243 on web-8: stopped 5s ago (shut down cleanly before this request finished)')
+    expect(detail.expirePreview).toBe('expire')
   })
 
   test('a young key whose owner beats would be refused; one whose owner row is gone would not', async () => {
