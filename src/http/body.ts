@@ -47,7 +47,10 @@ export async function readJsonText(request: Request, maxBytes: number): Promise<
   }
 }
 
-/** The JSON value of a body's text: 400 for anything that is not clean JSON (too deep, a NUL, a lone surrogate). */
+/**
+ * The JSON value of a body's text: 400 for anything that is not clean JSON
+ * (too deep, a NUL, a lone surrogate, a member name twice in one object).
+ */
 export function parseJsonText(text: string): BodyResult {
   let value: unknown
   try {
@@ -55,9 +58,18 @@ export function parseJsonText(text: string): BodyResult {
   } catch {
     return { ok: false, problem: problem('invalid-json') }
   }
-  const flaw = inspect(value, 0)
+  const walked = { members: 0 }
+  const flaw = inspect(value, 0, walked) ?? (walked.members !== membersInText(text) ? REPEATED_NAME : undefined)
   return flaw ? { ok: false, problem: problem('invalid-json', flaw) } : { ok: true, value, text }
 }
+
+/**
+ * JSON.parse keeps the last of a repeated name (`{"amount":100,"amount":200}`
+ * charged 200) where another reader (a proxy, an audit log, the client's own
+ * library) may take the first (RFC 8259 leaves it to each). A request that two
+ * readers read two ways is refused, not fingerprinted as one of them.
+ */
+const REPEATED_NAME = 'An object names a member twice; send each name once.'
 
 /**
  * The body's bytes, or undefined as soon as they pass `maxBytes`: a chunked
@@ -82,25 +94,55 @@ async function readAtMost(request: Request, maxBytes: number): Promise<Uint8Arra
   return Buffer.concat(chunks, size)
 }
 
-/** Finds what makes a parsed JSON value unstorable, walking at most MAX_JSON_DEPTH levels. */
-function inspect(value: unknown, depth: number): string | undefined {
+/**
+ * Finds what makes a parsed JSON value unstorable, walking at most
+ * MAX_JSON_DEPTH levels, and counts its objects' members into `walked`.
+ */
+function inspect(value: unknown, depth: number, walked: { members: number }): string | undefined {
   if (depth > MAX_JSON_DEPTH) return `The body nests deeper than ${MAX_JSON_DEPTH} levels.`
   if (typeof value === 'string') return stringFlaw(value)
   if (value === null || typeof value !== 'object') return undefined
   if (Array.isArray(value)) {
     for (const item of value) {
-      const flaw = inspect(item, depth + 1)
+      const flaw = inspect(item, depth + 1, walked)
       if (flaw) return flaw
     }
     return undefined
   }
   for (const [key, item] of Object.entries(value)) {
+    walked.members++
     const keyFlaw = stringFlaw(key)
     if (keyFlaw) return keyFlaw
-    const flaw = inspect(item, depth + 1)
+    const flaw = inspect(item, depth + 1, walked)
     if (flaw) return flaw
   }
   return undefined
+}
+
+/**
+ * The object members a JSON text writes, repeated names included: in valid
+ * JSON a colon outside strings occurs only between a member's name and its
+ * value. Fewer members parsed than written means a name came twice.
+ */
+function membersInText(text: string): number {
+  let members = 0
+  outsideStrings(text, (c) => {
+    if (c === 0x3a) members++
+  })
+  return members
+}
+
+/** Visits each character of a JSON text outside its strings (not their quotes), until `visit` returns false. */
+function outsideStrings(text: string, visit: (c: number, i: number) => boolean | void): void {
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 0x5c) i++ // backslash: skip the escaped character
+      else if (c === 0x22) inString = false
+    } else if (c === 0x22) inString = true
+    else if (visit(c, i) === false) return
+  }
 }
 
 /**
@@ -121,19 +163,12 @@ function stringFlaw(value: string): string | undefined {
  * Outside strings, "." and an "e"/"E" after a digit occur only in numbers.
  */
 export function integerLiteralsOnly(text: string): boolean {
-  let inString = false
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i)
-    if (inString) {
-      if (c === 0x5c) i++ // backslash: skip the escaped character
-      else if (c === 0x22) inString = false
-      continue
-    }
-    if (c === 0x22) inString = true
-    else if (c === 0x2e) return false
-    else if ((c === 0x65 || c === 0x45) && isDigit(text.charCodeAt(i - 1))) return false
-  }
-  return true
+  let integers = true
+  outsideStrings(text, (c, i) => {
+    if (c === 0x2e || ((c === 0x65 || c === 0x45) && isDigit(text.charCodeAt(i - 1)))) integers = false
+    return integers
+  })
+  return integers
 }
 
 const isDigit = (c: number): boolean => c >= 0x30 && c <= 0x39

@@ -119,7 +119,7 @@ export function detail(operation: OperationDoc): DocumentDecoration {
 export function pluginAnswers(policy: KeyPolicyDoc): Record<string, ResponseDoc> {
   return {
     400: problemAnswer(['missing-idempotency-key', 'invalid-idempotency-key', 'invalid-json', 'invalid-body'],
-      'The key is missing or malformed (not 1 to 255 printable ASCII characters once unescaped, a malformed sf-string, sent twice), or the body is not JSON, outside the schema, has unknown fields or a NUL character. Nothing was stored.'),
+      'The key is missing or malformed (not 1 to 255 printable ASCII characters once unescaped, a malformed sf-string, sent twice), or the body is not JSON, outside the schema, has unknown fields, a NUL character or a member named twice. Nothing was stored.'),
     401: problemAnswer(['unauthorized'], 'No or wrong credentials.', { 'WWW-Authenticate': header('The scheme to use: `Bearer`.', Type.String()) }),
     409: problemAnswer(['in-progress', 'lease-lost'],
       '`in-progress`: a request with this key is still being processed; answered at once, never by waiting. `Retry-After` is about as long as the first request has run so far ' +

@@ -152,6 +152,33 @@ function deeperThan(value: unknown, limit: number): boolean {
   return Object.values(value as object).some((item) => deeperThan(item, limit - 1))
 }
 
+/** True when some object of a JSON text names a member twice (names compared unescaped): JSON.parse keeps the last. */
+function repeatsName(text: string): boolean {
+  const objects: (Set<string> | null)[] = [] // null for an array
+  let atName = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]
+    if (c === '"') {
+      let end = i + 1
+      while (text[end] !== '"') end += text[end] === '\\' ? 2 : 1
+      const names = objects.at(-1)
+      if (names && atName) {
+        const name = JSON.parse(text.slice(i, end + 1)) as string
+        if (names.has(name)) return true
+        names.add(name)
+        atName = false
+      }
+      i = end
+    } else if (c === '{') {
+      objects.push(new Set())
+      atName = true
+    } else if (c === '[') objects.push(null)
+    else if (c === '}' || c === ']') objects.pop()
+    else if (c === ',') atName = objects.at(-1) != null
+  }
+  return false
+}
+
 /** True when `value` is a payment the schema accepts (payments/schema.ts: amount, currency, customer, description?). */
 /** A string (or key) that is not well-formed Unicode: PostgreSQL would store U+FFFD instead. */
 function hasLoneSurrogate(value: unknown): boolean {
@@ -182,6 +209,7 @@ function expectedStatus(key: string | null, contentType: string | null, body: Ui
     return 400
   }
   if (deeperThan(value, 32) || hasNul(value) || hasLoneSurrogate(value)) return 400
+  if (repeatsName(new TextDecoder().decode(body))) return 400
   if (keyOf(key) === undefined) return 400
   // JSON.parse rounds 100.0 and 1e2 to integers; the contract wants integers as written.
   if (/\.|\d[eE]/.test(new TextDecoder().decode(body).replace(/"(?:[^"\\]|\\.)*"/g, '""'))) return 400
@@ -226,6 +254,17 @@ const mutatedBody = fc.tuple(validBody, fc.nat(9), oddNumber, fc.string({ unit: 
   },
 )
 
+/**
+ * A valid payment that names one of its members (or a name it lacks) once more, at its end, maybe with the
+ * name escaped: mostly with a value the schema takes (its own, or another valid payment's), else any JSON.
+ */
+const repeatedName = fc.tuple(validBody, validBody, fc.constantFrom('amount', 'currency', 'customer', 'description'), fc.nat(2), fc.jsonValue({ maxDepth: 1 }), fc.boolean()).map(
+  ([body, other, name, which, any, escaped]) => {
+    const value = [body[name as keyof typeof body], other[name as keyof typeof other], any][which] ?? any
+    const written = escaped ? `"${[...name].map((ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`).join('')}"` : JSON.stringify(name)
+    return `${JSON.stringify(body).slice(0, -1)},${written}:${JSON.stringify(value)}}`
+  })
+
 const nested = fc.tuple(fc.integer({ min: 20, max: 20_000 }), fc.boolean()).map(([d, arrays]) =>
   arrays ? '['.repeat(d) + ']'.repeat(d) : '{"a":'.repeat(d) + '1' + '}'.repeat(d))
 
@@ -236,6 +275,7 @@ const bodyBytes: fc.Arbitrary<Uint8Array> = fc.oneof(
   { weight: 1, arbitrary: fc.string({ unit: 'binary', maxLength: 200 }).map((s) => enc.encode(s)) }, // not JSON (mostly)
   { weight: 1, arbitrary: fc.uint8Array({ maxLength: 200 }) }, // invalid UTF-8 (mostly)
   { weight: 1, arbitrary: nested.map((s) => enc.encode(s)) },
+  { weight: 1, arbitrary: repeatedName.map((s) => enc.encode(s)) },
   { weight: 1, arbitrary: fc.integer({ min: MAX_BODY_BYTES - 50, max: MAX_BODY_BYTES * 3 }).map((n) => enc.encode(`{"customer":"${'x'.repeat(n)}"}`)) },
   { weight: 1, arbitrary: fc.constantFrom('{"amount":100,"currency":"EUR","customer":"\\ud800"}', '{"amount":100,"currency":"EUR","customer":"a","customer":"\\u0000"}', '{"amount":1e2,"currency":"EUR","customer":"a"}', '{"amount":100.0,"currency":"EUR","customer":"a"}', '{"amount":1e12,"currency":"EUR","customer":"a"}', '{"amount":1000000000001,"currency":"EUR","customer":"a"}', '').map((s) => enc.encode(s)) },
 )

@@ -116,3 +116,24 @@ describe('lengths are characters, not UTF-16 units', () => {
     expect(await keyStatus(key)).toBeUndefined()
   })
 })
+
+describe('a member named twice', () => {
+  // Catches: a body whose repeated name JSON.parse settles silently (the last amount charged), and a count of
+  // members fooled by colons, quotes and backslashes inside strings (a false 400 for an honest body).
+  test('is a 400 that names the repetition, and stores and charges nothing', async () => {
+    const key = `twice-${crypto.randomUUID()}`
+    const refused = await postPayment('{"amount":100,"currency":"EUR","customer":"cus_twice","amount":200}', { key })
+    expect(refused.status).toBe(400)
+    expect(refused.headers.get('content-type')).toBe('application/problem+json')
+    expect(await json(refused)).toMatchObject({ code: 'invalid-json', detail: 'An object names a member twice; send each name once.' })
+    expect(await keyStatus(key)).toBeUndefined()
+    expect(await provider.charges('cus_twice')).toEqual([])
+  })
+
+  test('colons, quotes and backslashes inside strings are not members: 201', async () => {
+    const body = '{"amount":100,"currency":"EUR","customer":"c:\\"x\\":1\\\\","description":"a: b \\\\\\" c:d\\u003a"}'
+    const response = await postPayment(body)
+    expect(response.status).toBe(201)
+    expect((await json(response)).description).toBe('a: b \\" c:d:')
+  })
+})
