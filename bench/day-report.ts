@@ -1,5 +1,5 @@
 /** The day-of-traffic bench's figures (bench/day-of-traffic.ts) as Markdown, against issue 40's targets. */
-import type { FreezeResult, RoundResult } from './day-rounds'
+import type { FreezeResult, FreezeWindow, RoundResult } from './day-rounds'
 import type { PurgePlan } from './day-purge-plan'
 import type { DaySeed } from './day-seed'
 import type { KeyBytes } from './key-bytes'
@@ -77,6 +77,12 @@ export function summarize(r: DayResults): DaySummary {
 const n = (x: number) => (Number.isFinite(x) ? Math.round(x).toLocaleString('en') : '–')
 const verdict = (ok: boolean) => (ok ? 'met' : '**not met**')
 
+/** A window's vacuum phases and checkpoint, as a note after its p99: ` (scanning heap; checkpoint)`. */
+const windowNote = (w: FreezeWindow | undefined) => {
+  const parts = [...(w?.phases ?? []), ...(w?.checkpoint ? ['checkpoint'] : [])]
+  return parts.length > 0 ? ` (${parts.join('; ')})` : ''
+}
+
 export function dayReport(r: DayResults): string {
   const s = summarize(r)
   const { large, empty, purge } = r.rounds
@@ -110,7 +116,7 @@ export function dayReport(r: DayResults): string {
     `| p99 with the purge / without (seeded table) | **${s.purgeP99}×** (${med(purge, (x) => x.load.p99)} vs ${med(large, (x) => x.load.p99)} ms) | ≤ ${DAY_TARGETS.purgeP99}× | ${verdict(s.purgeP99 <= DAY_TARGETS.purgeP99)} |`,
     ...(freezes.length === 0
       ? ['| one VACUUM (FREEZE) of idempotency_keys under load | not run (`--skip-freeze`) | (read) | |']
-      : freezes.map((f, i) => `| ${vacuumOf(f)} | **${f.vacuumSeconds} s**; p99 ${f.before.p99} ms before, ${f.during.map((w) => w.p99).join(', ')} ms during (median ${s.freezeP99[i]}×); ${n(f.before.rps)} then ${f.during.map((w) => n(w.rps)).join(', ')} payments/s; age(relfrozenxid) ${n(f.frozenXidAge.before)} → ${n(f.frozenXidAge.after)} | (read) | |`)),
+      : freezes.map((f, i) => `| ${vacuumOf(f)} | **${f.vacuumSeconds} s**; p99 ${f.before.p99} ms before, ${f.during.map((w, j) => `${w.p99}${windowNote(f.windows?.[j])}`).join(', ')} ms during (median ${s.freezeP99[i]}×); ${n(f.before.rps)} then ${f.during.map((w) => n(w.rps)).join(', ')} payments/s; age(relfrozenxid) ${n(f.frozenXidAge.before)} → ${n(f.frozenXidAge.after)} | (read) | |`)),
     `| exactly once, every round: payments = charges for the round's keys | ${s.exactlyOnce.held === s.exactlyOnce.rounds ? 'holds' : '**BROKEN**'} in ${s.exactlyOnce.held} of ${s.exactlyOnce.rounds} (${n(s.exactlyOnce.payments)} payments, ${n(s.exactlyOnce.charges)} charges) | holds | ${verdict(s.exactlyOnce.held === s.exactlyOnce.rounds)} |`,
     '',
     '| round | table | payments/s | p50 ms | p99 ms | seq scans | purged keys/s | exactly once (payments / charges) |',

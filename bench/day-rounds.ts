@@ -119,9 +119,45 @@ export interface FreezeResult {
   readonly before: FreshLoad
   /** The windows of load while it ran. */
   readonly during: readonly FreshLoad[]
+  /** Beside each window of `during`: the vacuum's phases seen in it (pg_stat_progress_vacuum, sampled each 500 ms), and whether a checkpoint ended in it. */
+  readonly windows?: readonly FreezeWindow[]
   /** age(relfrozenxid) of the key table before and after: what anti-wraparound vacuum counts towards. */
   readonly frozenXidAge: { readonly before: number; readonly after: number }
   readonly exactlyOnce: ExactlyOnce
+}
+
+export interface FreezeWindow {
+  readonly phases: readonly string[]
+  readonly checkpoint: boolean
+}
+
+/** What the vacuum is doing, sampled beside the load so that a slow window can be put down to a phase (or a checkpoint). */
+function sampleVacuum(sql: postgres.Sql): { stop(): Promise<void>; windowOf(from: number, to: number): FreezeWindow } {
+  const samples: { at: number; phase: string | null; checkpointAt: string }[] = []
+  let stopped = false
+  const loop = (async () => {
+    while (!stopped) {
+      const [row] = await sql<{ phase: string | null; checkpoint_at: string }[]>`
+        select (select phase from pg_stat_progress_vacuum where relid = 'idempotency_keys'::regclass) as phase,
+               (pg_control_checkpoint()).checkpoint_time::text as checkpoint_at`
+      samples.push({ at: performance.now(), phase: row!.phase, checkpointAt: row!.checkpoint_at })
+      await Bun.sleep(500) // a sampling period, not a wait for an event
+    }
+  })()
+  return {
+    async stop() {
+      stopped = true
+      await loop
+    },
+    windowOf(from, to) {
+      const inside = samples.filter((x) => x.at >= from && x.at <= to)
+      const before = samples.filter((x) => x.at < from).at(-1) ?? inside[0]
+      return {
+        phases: [...new Set(inside.map((x) => x.phase).filter((x): x is string => x !== null))],
+        checkpoint: inside.some((x) => x.checkpointAt !== before?.checkpointAt),
+      }
+    },
+  }
 }
 
 /** One VACUUM of idempotency_keys that freezes it (`spec.as`) while fresh payments run at full speed, in windows of `seconds`. */
@@ -133,6 +169,8 @@ export async function runFreeze(spec: FreezeSpec): Promise<FreezeResult> {
     const ageBefore = await frozenXidAge(sql)
     const service = await startService(spec.url, spec.provider.url, { PURGE_INTERVAL_MS: PURGE_NEVER_MS, IDEMPOTENCY_RETENTION_SECONDS: String(spec.retentionSeconds) })
     const during: FreshLoad[] = []
+    const spans: [number, number][] = []
+    let windows: FreezeWindow[] = []
     let before: FreshLoad
     let vacuumSeconds = 0
     try {
@@ -144,15 +182,21 @@ export async function runFreeze(spec: FreezeSpec): Promise<FreezeResult> {
         await vacuum`set vacuum_cost_delay = '2ms'`
         await vacuum`set vacuum_cost_limit = 200`
       }
+      const sampler = sampleVacuum(sql)
       const started = performance.now()
       let running = true
       const frozen = (spec.as === 'autovacuum' ? vacuum`vacuum idempotency_keys` : vacuum`vacuum (freeze) idempotency_keys`).then(() => { vacuumSeconds = (performance.now() - started) / 1000 }).finally(() => { running = false })
       try {
-        for (let window = 0; window === 0 || running; window++)
+        for (let window = 0; window === 0 || running; window++) {
+          const from = performance.now()
           during.push(await freshLoad(spec.tool, { ...options, seconds: spec.seconds, prefix: `${spec.tag}-v${window}-` }))
+          spans.push([from, performance.now()])
+        }
       } finally {
         await frozen
+        await sampler.stop()
       }
+      windows = spans.map(([from, to]) => sampler.windowOf(from, to))
     } finally {
       await service.stop()
     }
@@ -163,6 +207,7 @@ export async function runFreeze(spec: FreezeSpec): Promise<FreezeResult> {
       vacuumSeconds: round2(vacuumSeconds),
       before,
       during,
+      windows,
       frozenXidAge: { before: ageBefore, after: await frozenXidAge(sql) },
       exactlyOnce: await countOnce(sql, spec.provider.url, customer),
     }

@@ -59,6 +59,7 @@ test('the quick mode seeds, measures every cell and counts exactly once in every
       expect(freeze.vacuumSeconds).toBeGreaterThan(0)
       expect(freeze.exactlyOnce.ok).toBe(true)
       expect(freeze.exactlyOnce.payments).toBe(freeze.exactlyOnce.charges)
+      expect(freeze.windows).toHaveLength(freeze.during.length)
     }
     // The throttled one left the young rows unfrozen (the table's oldest transaction only got older); the manual one froze them.
     const [throttled, manual] = r.freezes
