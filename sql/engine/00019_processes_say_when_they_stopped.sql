@@ -3,7 +3,7 @@
 -- process that said a retention keeps its row, its last heartbeat dated
 -- PROCESS_ALIVE_SECONDS back so that every reader (of this release and the
 -- ones before) takes it for gone at once. An operator reading a key it left in
--- flight saw that backdated beat: "last heartbeat 35s ago" for a process that
+-- flight saw that backdated beat: "last heartbeat 15s ago" for a process that
 -- shut down 5 s before, and could not tell a clean stop from a crash. The key
 -- page now says when it stopped. Null for a process that runs, died, or was
 -- of an earlier release.
