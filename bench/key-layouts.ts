@@ -238,6 +238,45 @@ const LAYOUTS: readonly Layout[] = [
           from claimed c join ${claimInput} on i.key = c.key
       ), ${answerByRequestId(`c.headers - 'content-type'`)}`,
   },
+  {
+    name: 'answers apart, in the engine tables',
+    // The lean layout as a release of the engine would reach it: new-form key rows in the key table as it
+    // is (its other columns null, the fingerprint still hex), the processing entry grown by the lease and
+    // what else a request in flight carries, found by (tenant, key), and the answers by (tenant, request id):
+    // on Citus every table is distributed by tenant.
+    ddl: `
+      alter table idempotency_keys drop constraint idempotency_keys_status_check, drop constraint done_has_response,
+        alter lease drop not null, alter lease drop default, alter locked_at drop not null, set (fillfactor = 100);
+      alter table idempotency_processing add column lease bigint, add column owner uuid, add column summary jsonb, add column http_request_id text;
+      create unique index on idempotency_processing (tenant, key);
+      create table idempotency_answers (
+        tenant text not null, request_id uuid not null, completed_at timestamptz not null,
+        response_status smallint not null, response_headers text, response_body text not null,
+        primary key (tenant, request_id)
+      );
+      create index on idempotency_answers using brin (completed_at);`,
+    tables: ['idempotency_keys', 'idempotency_processing', 'idempotency_answers'],
+    step: `
+      with claimed as (
+        insert into idempotency_keys as k (tenant, key, method, path, fingerprint, status, lease, locked_at)
+        select 'acme', i.key, 'POST', '/api/payments', i.fingerprint, 'claimed', null, null
+          from ${claimInput}
+        on conflict (tenant, key) do nothing
+        returning k.tenant, k.key, k.created_at
+      ), listed as (
+        insert into idempotency_processing (stale_at, tenant, key, lease, locked_at, owner, summary, http_request_id)
+        select c.created_at + interval '30 s', c.tenant, c.key, i.lease, c.created_at, gen_random_uuid(), i.summary, i.http_request_id
+          from claimed c join ${claimInput} on i.key = c.key
+      ), input as (select * from ${completeInput}),
+      done as (
+        delete from idempotency_processing pr using input c
+         where pr.tenant = 'acme' and pr.key = c.key and pr.lease = c.lease
+        returning pr.key
+      )
+      insert into idempotency_answers (tenant, request_id, completed_at, response_status, response_headers, response_body)
+      select 'acme', k.request_id, clock_timestamp(), 201, (c.headers - 'content-type')::text, c.body
+        from input c join done d on d.key = c.key join idempotency_keys k on k.tenant = 'acme' and k.key = c.key`,
+  },
 ]
 
 export interface LayoutBytes {

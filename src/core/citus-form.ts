@@ -53,7 +53,7 @@ async function detect(sql: Sql): Promise<RequestPathForm> {
  */
 export function onShard(statement: string): string {
   return statement
-    .replace(/\b(idempotency_keys|idempotency_processing|idempotency_processes)\b(?!")/g, '{{$1}}')
+    .replace(/\b(idempotency_keys|idempotency_processing|idempotency_processes|idempotency_answers|idempotency_key_form)\b(?!")/g, '{{$1}}')
     .replace(/insert into "([a-z_][a-z0-9_]*)"/g, 'insert into {{$1}}')
 }
 

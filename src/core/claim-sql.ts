@@ -1,4 +1,5 @@
 import { membersCondition } from './batch-input'
+import { CLAIMS_APART, KEY_STATES } from './key-states'
 import { cutoffText } from './policy'
 
 /** One claim of a batch, as the statement reads it (JSON: jsonb_to_recordset). */
@@ -98,6 +99,7 @@ const claimCtes = (shared: boolean) => `input as (
                                              lease bigint, owner uuid, now timestamptz, ttl float8, summary jsonb, http_request_id text)
      where ${membersCondition(shared)}
   ),
+  form as (select ${CLAIMS_APART} as apart),
   seen as (
     select i.n, k.*
       from input i
@@ -109,7 +111,7 @@ const claimCtes = (shared: boolean) => `input as (
                extract(epoch from (i.at - coalesce(k.completed_at, k.released_at)))::float8 as completed_age_seconds,
                k.response_status, k.response_headers, k.response_body,
                (k.status <> 'processing' or ${cutoffText('workedOn', 'i.at', '0')}) as worked_on
-          from idempotency_keys k
+          from ${KEY_STATES} k
          where k.tenant = i.tenant and k.key = i.key
          limit 1
       ) k on true
@@ -117,24 +119,29 @@ const claimCtes = (shared: boolean) => `input as (
   fresh as (
     insert into idempotency_keys as k (tenant, key, method, path, fingerprint, status, lease, owner, summary, http_request_id,
                                        created_at, locked_at, stale_at)
-    select i.tenant, i.key, i.method, i.path, i.fingerprint, 'processing', i.lease, i.owner, i.summary, i.http_request_id,
-           i.at, i.at, ${cutoffText('deadline', 'i.at', 'i.ttl')}
-      from input i join seen s on s.n = i.n
+    select i.tenant, i.key, i.method, i.path, i.fingerprint, case when form.apart then null else 'processing' end, i.lease,
+           case when form.apart then null else i.owner end, case when form.apart then null else i.summary end,
+           case when form.apart then null else i.http_request_id end,
+           i.at, case when form.apart then null else i.at end, case when form.apart then null else ${cutoffText('deadline', 'i.at', 'i.ttl')} end
+      from input i join seen s on s.n = i.n cross join form
      where s.lease is null
      order by i.tenant, i.key, i.n
     on conflict (tenant, key) do nothing
-    returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.fingerprint, k.locked_at, k.stale_at
+    returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.fingerprint, k.locked_at is null as apart
   ),
   listed as (
-    insert into idempotency_processing (stale_at, tenant, key, locked_at)
-    select f.stale_at, f.tenant, f.key, f.locked_at from fresh f
+    insert into idempotency_processing (stale_at, tenant, key, locked_at, lease, owner, summary, http_request_id)
+    select ${cutoffText('deadline', 'i.at', 'i.ttl')}, f.tenant, f.key, i.at,
+           case when f.apart then f.lease end, case when f.apart then i.owner end,
+           case when f.apart then i.summary end, case when f.apart then i.http_request_id end
+      from fresh f join input i on i.tenant = f.tenant and i.key = f.key and i.lease = f.lease
   )`
 
 /** Each member's row (ClaimRow), from the CTEs above. */
 const claimRows = `
   select i.n, f.lease = i.lease as fresh, f.lease::text as lease, f.attempts, f.request_id::text as request_id,
          'processing' as status, f.fingerprint,
-         0::float8 as age_seconds, extract(epoch from (f.stale_at - i.at))::float8 as ttl_left_seconds, false as stale,
+         0::float8 as age_seconds, i.ttl as ttl_left_seconds, false as stale,
          null::float8 as completed_age_seconds,
          null::int as response_status, null::jsonb as response_headers, null::text as response_body, true as worked_on
     from input i join fresh f on f.tenant = i.tenant and f.key = i.key

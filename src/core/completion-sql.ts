@@ -18,11 +18,19 @@ export interface CompletionMember {
  * $1 the members' keys and answers; $2 their rows, each tagged with its
  * member and its group (one table and one set of columns: a group is one
  * INSERT, and a column a row does not give is not written, so its default
- * applies). `done` is the fence: the UPDATE matches a key only under its
- * current lease, and every INSERT takes only the rows of members in `done`.
- * `before` reads each key's deadline as the statement's snapshot saw it, to
- * delete its processing entry (sql/engine/00005); a key whose lease moved on is not
- * in `done`, so its entry, now the new owner's, is left alone.
+ * applies). `done` is the fence: the members whose lease held, and every
+ * INSERT takes only the rows of members in `done`. A key completes in its
+ * form (sql/engine/00020, key-states.ts):
+ *
+ * - old: `updated` matches its row only under its current lease and writes
+ *   the answer into it; `before` reads its deadline as the statement's
+ *   snapshot saw it, to delete its processing entry (sql/engine/00005); a key
+ *   whose lease moved on is not updated, so its entry, now the new owner's,
+ *   is left alone;
+ * - new: `taken` deletes its processing entry only under its current lease
+ *   (an old-form entry has none), and `answered` inserts the answer for each
+ *   entry deleted. A take-over updates the entry under the lease it saw, so
+ *   of the two whichever comes second finds nothing (reclaim.ts).
  */
 export function completionStatement(members: readonly CompletionMember[]): { text: string; parameters: string[] } {
   const { ctes, done, parameters } = completionParts(members, { shared: members.length > 1 })
@@ -37,7 +45,8 @@ export function completionStatement(members: readonly CompletionMember[]): { tex
  * members whose lease held.
  */
 export function completionParts(members: readonly CompletionMember[], { prefix = '', first = 1, shared = true } = {}): { ctes: string; done: string; parameters: string[] } {
-  const [input, before, done, unlisted] = [`${prefix}input`, `${prefix}before`, `${prefix}done`, `${prefix}unlisted`] as const
+  const [input, before, updated, unlisted, taken, answered, done] =
+    [`${prefix}input`, `${prefix}before`, `${prefix}updated`, `${prefix}unlisted`, `${prefix}taken`, `${prefix}answered`, `${prefix}done`] as const
   const [$members, $rows] = [`$${first}`, `$${first + 1}`] as const
   const groups = new Map<string, { table: string; columns: string[] }>()
   const rows: { n: number; g: number; r: Readonly<Record<string, unknown>> }[] = []
@@ -70,7 +79,7 @@ export function completionParts(members: readonly CompletionMember[], { prefix =
   ${before} as (
     select k.tenant, k.key, k.stale_at from ${input} i join idempotency_keys k on k.tenant = i.tenant and k.key = i.key
   ),
-  ${done} as (
+  ${updated} as (
     update idempotency_keys k
        set status = 'done', completed_at = coalesce(i.at, clock_timestamp()), owner = null, stale_at = null, summary = null,
            response_status = i.status, response_headers = i.headers, response_body = i.body
@@ -79,8 +88,21 @@ export function completionParts(members: readonly CompletionMember[], { prefix =
     returning i.n, k.tenant, k.key
   ),
   ${unlisted} as (
-    delete from idempotency_processing pr using ${done} d join ${before} b on b.tenant = d.tenant and b.key = d.key
+    delete from idempotency_processing pr using ${updated} d join ${before} b on b.tenant = d.tenant and b.key = d.key
      where pr.stale_at = b.stale_at and pr.tenant = d.tenant and pr.key = d.key
+  ),
+  ${taken} as (
+    delete from idempotency_processing pr using ${input} i
+     where pr.tenant = i.tenant and pr.key = i.key and pr.lease = i.lease
+    returning i.n, pr.tenant, pr.key
+  ),
+  ${answered} as (
+    insert into idempotency_answers (tenant, request_id, completed_at, response_status, response_headers, response_body)
+    select t.tenant, k.request_id, coalesce(i.at, clock_timestamp()), i.status, i.headers::text, i.body
+      from ${taken} t join ${input} i on i.n = t.n join idempotency_keys k on k.tenant = t.tenant and k.key = t.key
+  ),
+  ${done} as (
+    select n, tenant, key from ${updated} union all select n, tenant, key from ${taken}
   )${inserts}`
   const inputs = members.map((member, n) => ({
     n, tenant: member.tenant, key: member.key, lease: member.lease,

@@ -1,3 +1,4 @@
+import { KEY_STATES } from './key-states'
 import type { Lease, Sql, StoredResponse } from './types'
 
 /**
@@ -10,8 +11,8 @@ export type CompletionState = { readonly kind: 'done'; readonly response: Stored
 
 export async function completionState(sql: Sql, lease: Pick<Lease, 'tenant' | 'key' | 'lease'>): Promise<CompletionState> {
   const [row] = await sql<{ status: string; lease: string; response_status: number | null; response_headers: Record<string, string> | null; response_body: string | null }[]>`
-    select status, lease, response_status, response_headers, response_body from idempotency_keys
-     where tenant = ${lease.tenant} and key = ${lease.key}`
+    select k.status, k.lease, k.response_status, k.response_headers, k.response_body from ${sql.unsafe(KEY_STATES)} k
+     where k.tenant = ${lease.tenant} and k.key = ${lease.key}`
   if (!row || row.lease !== lease.lease) return { kind: 'lost' }
   if (row.status === 'processing') return { kind: 'processing' }
   if (row.status === 'done') return { kind: 'done', response: { status: row.response_status!, headers: row.response_headers ?? {}, body: row.response_body! } }

@@ -68,7 +68,7 @@ export async function expireStale(sql: Sql, options: ExpireStaleOptions, actor: 
   const alive = await sql<{ tenant: string; key: string; total: number }[]>`
     select k.tenant, k.key, count(*) over ()::int as total from idempotency_processing pr
       join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
-     where ${staleEntry(sql, at())} and ${stale(sql, at())} ${ofTenant()}
+     where ${staleEntry(sql, at())} and (${stale(sql, at())} or ${apartEntry(sql)}) ${ofTenant()}
      order by pr.stale_at
      limit ${MAX_LISTED}`
   const workerAlive = alive[0]?.total ?? 0
@@ -81,24 +81,34 @@ export async function expireStale(sql: Sql, options: ExpireStaleOptions, actor: 
   return { expired, workerAlive, expiredKeys, aliveKeys, auditId: summary!.id }
 }
 
+/**
+ * A new-form key's entry (sql/engine/00020): it carries the key's lease and
+ * deadline, so past its deadline (staleEntry) the key is stale. Both the entry
+ * and the key's row are locked: a completion deletes the one, a take-over
+ * updates both.
+ */
+const apartEntry = (sql: Sql): Fragment => sql`(k.locked_at is null and pr.lease = k.lease)` as Fragment
+
 /** Expires the stale keys `ofTenant` selects, batch by batch, each with its audit entries; returns them. */
 async function expireBatches(sql: Sql, at: () => Fragment, ofTenant: Fragment, who: string): Promise<{ tenant: string; key: string }[]> {
   const all: { tenant: string; key: string }[] = []
   for (;;) {
     const rows = await sql<{ tenant: string; key: string }[]>`
       with target as (
-        select k.tenant, k.key, k.stale_at from idempotency_processing pr
+        select k.tenant, k.key, pr.stale_at, pr.locked_at, pr.summary from idempotency_processing pr
           join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
-         where ${staleEntry(sql, at())} and ${stale(sql, at())} ${ofTenant}
+         where ${staleEntry(sql, at())} and (${stale(sql, at())} or ${apartEntry(sql)}) ${ofTenant}
          order by pr.stale_at
          limit ${EXPIRE_BATCH_SIZE}
-           for update of k skip locked
+           for update of k, pr skip locked
       ),
       released as (
-        update idempotency_keys k set status = 'released', owner = null, released_at = now(), stale_at = null, release_reason = 'force_expired'
+        update idempotency_keys k
+           set status = 'released', owner = null, released_at = now(), stale_at = null, release_reason = 'force_expired',
+               summary = case when k.locked_at is null then t.summary else k.summary end
           from target t
          where k.tenant = t.tenant and k.key = t.key
-        returning k.tenant, k.key, k.lease, k.attempts, k.locked_at
+        returning k.tenant, k.key, k.lease, k.attempts, coalesce(k.locked_at, t.locked_at) as locked_at
       ),
       unlisted as (
         delete from idempotency_processing pr using target t

@@ -71,12 +71,34 @@ export async function forceExpire(sql: Sql, target: ExpireTarget, actor: string,
       unlisted as (
         delete from idempotency_processing pr using seen s
          where s.expirable and pr.stale_at = s.stale_at and pr.tenant = s.tenant and pr.key = s.key
+      ),
+      seen_apart as (
+        select pr.tenant, pr.key, ${forceExpirable(sql, now)} as expirable
+          from idempotency_processing pr
+         cross join lateral (select 'processing'::text as status, pr.stale_at, pr.owner, pr.lease, pr.locked_at, pr.summary) k
+         where pr.tenant = ${target.tenant} and pr.key = ${target.key} and pr.lease = ${target.lease}
+           for update of pr nowait
+      ),
+      taken_apart as (
+        delete from idempotency_processing pr using seen_apart s
+         where s.expirable and pr.tenant = ${target.tenant} and pr.key = ${target.key} and pr.lease = ${target.lease}
+        returning pr.locked_at, pr.summary
+      ),
+      released_apart as (
+        update idempotency_keys k
+           set status = 'released', released_at = p.now, release_reason = 'force_expired', summary = (select t.summary from taken_apart t)
+          from params p
+         where k.tenant = ${target.tenant} and k.key = (select s.key from seen_apart s where s.expirable)
+           and exists (select 1 from taken_apart)
+        returning k.attempts, (select t.locked_at from taken_apart t) as locked_at
       )
       ${insertAudit(sql, sql`
       select ${who}, 'force_expire', ${target.tenant}, ${target.key},
              case when r.attempts is not null then 'expired' when s.key is not null then 'worker_alive' else 'unchanged' end,
              ${sql.json(detail)}::jsonb || coalesce(jsonb_build_object('attempts', r.attempts, 'locked_at', r.locked_at), '{}')
-        from (select 1) one left join seen s on true left join released r on true`)}
+        from (select 1) one
+        left join (select key from seen union all select key from seen_apart) s on true
+        left join (select attempts, locked_at from released union all select attempts, locked_at from released_apart) r on true`)}
       returning id, outcome`
     return { outcome: row!.outcome, auditId: row!.id }
   } catch (error) {

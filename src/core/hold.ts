@@ -19,5 +19,12 @@ export async function hold(sql: Sql, lease: Pick<Lease, 'tenant' | 'key' | 'leas
      where k.tenant = ${lease.tenant} and k.key = ${lease.key} and k.lease = ${lease.lease}
        and k.status = 'processing' and k.owner is null
     returning 1`
-  return rows.length === 1
+  if (rows.length === 1) return true
+  // A key of the new form (sql/engine/00020): its request in flight is its processing entry.
+  const entries = await sql`
+    update idempotency_processing pr
+       set summary = coalesce(pr.summary, '{}'::jsonb) || jsonb_build_object(${HELD_MARK}::text, ${why}::text)
+     where pr.tenant = ${lease.tenant} and pr.key = ${lease.key} and pr.lease = ${lease.lease} and pr.owner is null
+    returning 1`
+  return entries.length === 1
 }

@@ -25,6 +25,7 @@ export type TakeOver = Lease | null | 'busy'
  * Its list entry is deleted by its whole primary key (release.ts says why).
  */
 export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOver> {
+  const lease = claimant.lease ?? newLeaseId()
   return takeOver(sql, seen, (tx) => {
     const now = instant(tx, claimant.now)
     return tx<TakenRow[]>`
@@ -36,7 +37,7 @@ export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOve
       ),
       taken as (
         update idempotency_keys k
-           set lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = ${now}, stale_at = ${deadlineAt(tx, now, claimant.ttlSeconds)},
+           set lease = ${lease}::bigint, locked_at = ${now}, stale_at = ${deadlineAt(tx, now, claimant.ttlSeconds)},
                attempts = k.attempts + 1, owner = ${claimant.owner ?? null}::uuid, http_request_id = ${claimant.httpRequestId ?? null}
           from target
          where k.tenant = ${seen.tenant} and k.key = target.key
@@ -47,7 +48,24 @@ export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOve
          where pr.stale_at = (select t.stale_at from target t) and pr.tenant = ${seen.tenant} and pr.key = ${seen.key}
       )
       select * from taken`
-  })
+      .then(async (rows) => rows.length > 0 ? rows : await tx<TakenRow[]>`
+      with target as (
+        select pr.stale_at from idempotency_processing pr
+          cross join lateral (select 'processing'::text as status, pr.stale_at, pr.owner, pr.lease, pr.locked_at) k
+         where pr.tenant = ${seen.tenant} and pr.key = ${seen.key} and pr.lease = ${seen.lease} and ${abandoned(tx, now)}
+           for update of pr nowait
+      ),
+      moved as (
+        update idempotency_processing pr
+           set lease = ${lease}::bigint, locked_at = ${now}, stale_at = ${deadlineAt(tx, now, claimant.ttlSeconds)},
+               owner = ${claimant.owner ?? null}::uuid, http_request_id = ${claimant.httpRequestId ?? null}
+         where pr.tenant = ${seen.tenant} and pr.key = ${seen.key} and pr.lease = ${seen.lease} and exists (select 1 from target)
+        returning pr.key
+      )
+      update idempotency_keys k set lease = ${lease}::bigint, attempts = k.attempts + 1
+       where k.tenant = ${seen.tenant} and k.key = (select m.key from moved m)
+      returning k.lease::text as lease, k.attempts, k.request_id::text as request_id`)
+  }, claimant)
 }
 
 /**
@@ -66,9 +84,8 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
            for update of k nowait
       )
       update idempotency_keys k
-         set status = 'processing', released_at = null, release_reason = null,
-             lease = ${claimant.lease ?? newLeaseId()}::bigint, locked_at = ${now}, stale_at = ${deadlineAt(tx, now, claimant.ttlSeconds)},
-             owner = ${claimant.owner ?? null}::uuid, http_request_id = ${claimant.httpRequestId ?? null},
+         set released_at = null, release_reason = null, lease = ${claimant.lease ?? newLeaseId()}::bigint,
+             ${inFlight(tx, now, claimant)},
              ${sameRequest
                ? tx`attempts = k.attempts + 1`
                : tx`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = ${crypto.randomUUID()}::uuid, attempts = 1, created_at = ${now},
@@ -76,7 +93,7 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
         from target
        where k.tenant = ${id.tenant} and k.key = target.key
       returning k.lease::text as lease, k.attempts, k.request_id::text as request_id`
-  })
+  }, claimant)
 }
 
 /**
@@ -89,25 +106,45 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
     const now = instant(tx, claimant.now)
     return tx<TakenRow[]>`
       with target as (
-        select k.tenant, k.key from idempotency_keys k
-         where k.tenant = ${id.tenant} and k.key = ${id.key}
-           and k.lease = ${seenLease} and ${expired(tx, now, claimant.retentionSeconds)}
-           for update of k nowait
+        select kr.tenant, kr.key, kr.request_id from idempotency_keys kr
+          left join idempotency_answers a on kr.locked_at is null and a.tenant = kr.tenant and a.request_id = kr.request_id
+         cross join lateral (
+           select kr.created_at, case when kr.locked_at is not null then kr.status when a.request_id is not null then 'done' end as status,
+                  coalesce(kr.completed_at, a.completed_at) as completed_at
+         ) k
+         where kr.tenant = ${id.tenant} and kr.key = ${id.key}
+           and kr.lease = ${seenLease} and ${expired(tx, now, claimant.retentionSeconds)}
+           for update of kr nowait
+      ),
+      forgotten as (
+        delete from idempotency_answers a where a.tenant = ${id.tenant} and a.request_id = (select t.request_id from target t)
       )
       update idempotency_keys k
          set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = ${crypto.randomUUID()}::uuid,
-             status = 'processing', lease = ${claimant.lease ?? newLeaseId()}::bigint, attempts = 1, owner = ${claimant.owner ?? null}::uuid,
-             http_request_id = ${claimant.httpRequestId ?? null},
-             created_at = ${now}, locked_at = ${now}, stale_at = ${deadlineAt(tx, now, claimant.ttlSeconds)}, completed_at = null,
+             lease = ${claimant.lease ?? newLeaseId()}::bigint, attempts = 1, ${inFlight(tx, now, claimant)},
+             created_at = ${now}, completed_at = null,
              response_status = null, response_headers = null, response_body = null,
              summary = ${claimant.summary ? tx.json(claimant.summary) : null}::jsonb
         from target
        where k.tenant = ${id.tenant} and k.key = target.key
       returning k.lease::text as lease, k.attempts, k.request_id::text as request_id`
-  })
+  }, claimant)
 }
 
 interface TakenRow { lease: string; attempts: number; request_id: string }
+
+/**
+ * The SET of a key taken into processing, in its form (sql/engine/00020): the
+ * old form's row carries its request in flight; the new form's carries none
+ * of it (takeOver lists it in its entry), and its status stays null.
+ */
+function inFlight(tx: Sql, now: ReturnType<typeof instant>, claimant: Taker) {
+  return tx`status = case when k.locked_at is null then null else 'processing' end,
+            locked_at = case when k.locked_at is null then null else ${now} end,
+            stale_at = case when k.locked_at is null then null else ${deadlineAt(tx, now, claimant.ttlSeconds)} end,
+            owner = case when k.locked_at is null then null else ${claimant.owner ?? null}::uuid end,
+            http_request_id = case when k.locked_at is null then null else ${claimant.httpRequestId ?? null} end`
+}
 
 /** A claimant, with the lease it takes the key under (drawn by the caller, lease-id.ts; @default a new one). */
 export type Taker = Claimant
@@ -124,14 +161,23 @@ export type Taker = Claimant
  * tenant's worker alone and commits there in one phase. Take-overs are rare
  * (a crash, a release, a retention's end): the round trips cost no throughput.
  */
-async function takeOver(sql: Sql, key: { tenant: string; key: string }, update: (tx: Sql) => Promise<TakenRow[]>): Promise<TakeOver> {
+async function takeOver(sql: Sql, key: { tenant: string; key: string }, update: (tx: Sql) => Promise<TakenRow[]>, claimant: Taker): Promise<TakeOver> {
   const run = async (tx: Sql) => {
     const [row] = await update(tx)
     if (row) {
-      // Its deadline read back from the row, to the microsecond: the entry must match it to be deleted by the completion.
-      await tx`insert into idempotency_processing (stale_at, tenant, key, locked_at)
-               select k.stale_at, k.tenant, k.key, k.locked_at from idempotency_keys k
-                where k.tenant = ${key.tenant} and k.key = ${key.key} and k.status = 'processing'`
+      // Old form: its deadline read back from the row, to the microsecond: the entry must match it to be deleted by the completion.
+      // New form: the request in flight in its entry, unless the take-over moved the entry it had (reclaim).
+      const now = instant(tx, claimant.now)
+      await tx`insert into idempotency_processing (stale_at, tenant, key, locked_at, lease, owner, summary, http_request_id)
+               select k.stale_at, k.tenant, k.key, k.locked_at, null::bigint, null::uuid, null::jsonb, null::text from idempotency_keys k
+                where k.tenant = ${key.tenant} and k.key = ${key.key} and k.status = 'processing'
+               union all
+               select ${deadlineAt(tx, now, claimant.ttlSeconds)}, k.tenant, k.key, ${now}, k.lease,
+                      ${claimant.owner ?? null}::uuid, null::jsonb, ${claimant.httpRequestId ?? null}::text
+                 from idempotency_keys k
+                where k.tenant = ${key.tenant} and k.key = ${key.key} and k.locked_at is null and k.status is null
+                  and not exists (select 1 from idempotency_processing pr
+                                   where pr.tenant = ${key.tenant} and pr.key = ${key.key} and pr.lease is not null)`
     }
     return row
   }

@@ -17,7 +17,10 @@ export type ReleaseReason = (typeof RELEASE_REASONS)[number]
  * statement.
  *
  * Conditional on our lease: if the key was taken over meanwhile, the new
- * owner's claim is left alone. Nothing of ours holds the row lock for longer
+ * owner's claim is left alone. A key of the new form (sql/engine/00020) holds
+ * its lease in its processing entry: `taken` deletes it under ours, and only
+ * then is the key's row marked released, the request's summary moved onto it
+ * (what an operator sees of a released request). Nothing of ours holds the row lock for longer
  * than a statement, so this waits on nothing (lock_timeout bounds it anyway).
  *
  * Every table reference names the tenant as a parameter, not through a join:
@@ -47,7 +50,18 @@ export async function release(sql: Sql, lease: Pick<Lease, 'tenant' | 'key' | 'l
     unlisted as (
       delete from idempotency_processing pr
        where pr.stale_at = (select t.stale_at from target t) and pr.tenant = ${lease.tenant} and pr.key = ${lease.key}
+    ),
+    taken as (
+      delete from idempotency_processing pr
+       where pr.tenant = ${lease.tenant} and pr.key = ${lease.key} and pr.lease = ${lease.lease}
+      returning pr.key, pr.summary
+    ),
+    released_apart as (
+      update idempotency_keys k
+         set status = 'released', released_at = now(), release_reason = ${reason}, summary = (select t.summary from taken t)
+       where k.tenant = ${lease.tenant} and k.key = (select t.key from taken t)
+      returning k.key
     )
-    select 1 from released`
+    select 1 from released union all select 1 from released_apart`
   return rows.length === 1
 }

@@ -15,6 +15,7 @@ import { OperationInputError, type OperationsContext } from './context'
 import { log as processLog } from '../log'
 import type { KeyFilters } from './filters'
 import { listKeys, type ProcessingKey } from './list'
+import { KEY_STATES } from '../core/key-states'
 
 export type { ExpireStaleResult, ExpireTarget, ForceExpireResult }
 
@@ -52,7 +53,7 @@ export async function previewExpireStale(context: OperationsContext, tenant: str
   const [row] = await sql<{ as_of: Date; stale: number }[]>`
     select ${at} as as_of, count(*)::int as stale
       from idempotency_processing pr
-      join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
+      join ${sql.unsafe(KEY_STATES)} k on k.tenant = pr.tenant and k.key = pr.key
      where ${staleEntry(sql, at)} and ${stale(sql, at)} ${tenant ? sql`and k.tenant = ${tenant}` : sql``}`
   const asOf = row!.as_of
   const filters: KeyFilters = { tenant, staleOnly: true }
@@ -94,8 +95,8 @@ export async function previewPurge(context: OperationsContext): Promise<PurgePre
   const retentionSeconds = await readKeptRetentionSeconds(sql, context.retentionSeconds)
   const [row] = await sql<{ as_of: Date; done: number; released: number }[]>`
     select coalesce(${now}::timestamptz, now()) as as_of,
-           (select count(*)::int from idempotency_keys k where ${expired(sql, now, retentionSeconds)}) as done,
-           (select count(*)::int from idempotency_keys k where ${releasedExpired(sql, now, retentionSeconds)}) as released`
+           (select count(*)::int from ${sql.unsafe(KEY_STATES)} k where ${expired(sql, now, retentionSeconds)}) as done,
+           (select count(*)::int from ${sql.unsafe(KEY_STATES)} k where ${releasedExpired(sql, now, retentionSeconds)}) as released`
   return { asOf: row!.as_of, done: row!.done, released: row!.released, retentionSeconds }
 }
 

@@ -2,6 +2,7 @@ import { expired, releasedExpired, stale } from '../core/policy'
 import { readKeptRetentionSeconds } from '../core/processes'
 import type { OperationsContext } from './context'
 import { filterConditions, type KeyFilters } from './filters'
+import { KEY_STATES } from '../core/key-states'
 
 export interface KeyCounts {
   /** Keys in processing matching the filters (tenant, route, key). */
@@ -37,18 +38,18 @@ export async function countKeys(context: OperationsContext, filters: KeyFilters,
              (count(*) filter (where ${stale(sql, sql`p.now`)}))::int as stale,
              greatest(0, extract(epoch from (p.now - min(k.locked_at))))::float8 as oldest
         from idempotency_processing pr
-        join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key, params p
+        join ${sql.unsafe(KEY_STATES)} k on k.tenant = pr.tenant and k.key = pr.key, params p
        where k.status = 'processing' ${filterConditions(sql, filters)}
        group by p.now
     )
     select coalesce((select processing from processing), 0) as processing,
            coalesce((select stale from processing), 0) as stale,
            (select oldest from processing) as oldest,
-           (select count(*)::int from idempotency_keys k
+           (select count(*)::int from ${sql.unsafe(KEY_STATES)} k
              where ${expired(sql, now, retentionSeconds)} ${filterConditions(sql, filters)})
-         + (select count(*)::int from idempotency_keys k
+         + (select count(*)::int from ${sql.unsafe(KEY_STATES)} k
              where ${releasedExpired(sql, now, retentionSeconds)} ${filterConditions(sql, filters)}) as expired,
-           ${options.withDone ? sql`(select count(*)::int from idempotency_keys k where k.status = 'done' ${filterConditions(sql, filters)})` : sql`null::int`} as done`
+           ${options.withDone ? sql`(select count(*)::int from ${sql.unsafe(KEY_STATES)} k where k.status = 'done' ${filterConditions(sql, filters)})` : sql`null::int`} as done`
   const counts = row!
   return {
     processing: counts.processing,

@@ -2,6 +2,7 @@ import { stale, staleEntry, workedOnCondition } from '../core/policy'
 import { OperationInputError, type OperationsContext } from './context'
 import { decodeCursor, encodeCursor } from './cursor'
 import { filterConditions, type KeyFilters } from './filters'
+import { KEY_STATES } from '../core/key-states'
 
 /** One key in processing, as an operator sees it in the list. */
 export interface ProcessingKey {
@@ -93,7 +94,7 @@ export async function listKeys(context: OperationsContext, filters: KeyFilters, 
            ${stale(sql, sql`p.now`)} as stale,
            ${workedOnCondition(sql, now)} as worked_on
       from idempotency_processing pr
-      join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key, params p
+      join ${sql.unsafe(KEY_STATES)} k on k.tenant = pr.tenant and k.key = pr.key, params p
      where k.status = 'processing'
        ${filterConditions(sql, filters)}
        ${filters.staleOnly ? sql`and ${staleEntry(sql, sql`p.now`)} and ${stale(sql, sql`p.now`)}` : sql``}

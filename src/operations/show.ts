@@ -3,6 +3,7 @@ import { workedOnCondition, expired, forceExpirable, ownerAliveCondition, PROCES
 import type { KeyStatus } from '../core/types'
 import type { ReleaseReason } from '../core/release'
 import type { OperationsContext } from './context'
+import { KEY_STATES } from '../core/key-states'
 
 /** What a force-expire of this key would do now (the confirmation step shows it). */
 export type ExpirePreview =
@@ -157,7 +158,7 @@ export async function showKey(context: OperationsContext, tenant: string, key: s
            ${ownerAliveCondition(sql, now)} as owner_alive,
            pr.pid, pr.hostname, pr.started_at, coalesce(pr.stopped_at, pr.heartbeat_at) as heartbeat_at, pr.stopped_at,
            greatest(0, extract(epoch from (params.now - coalesce(pr.stopped_at, pr.heartbeat_at))))::float8 as heartbeat_age_seconds
-      from idempotency_keys k
+      from ${sql.unsafe(KEY_STATES)} k
      cross join params
       left join idempotency_processes pr on pr.id = k.owner
      where k.tenant = ${tenant} and k.key = ${key}`

@@ -298,8 +298,8 @@ async function applyPending(sql: Sql, lines: readonly MigrationLine[], known: Re
   return { applied, versions, adopted, ...(pending.length ? { pending } : {}), ...(Object.keys(ahead).length ? { ahead } : {}) }
 }
 
-/** A CONCURRENTLY that a transaction refuses, with what precedes it (kept). */
-const CONCURRENTLY = /^(\s*(?:create\s+(?:unique\s+)?index|drop\s+index|reindex\s+(?:index|table)))\s+concurrently\b/i
+/** A CONCURRENTLY that a transaction refuses, with what precedes it (kept): comment lines, then the command. */
+const CONCURRENTLY = /^((?:\s*--[^\n]*\n)*\s*(?:create\s+(?:unique\s+)?index|drop\s+index|reindex\s+(?:index|table)))\s+concurrently\b/i
 
 /**
  * A @no-transaction file on a serving database: each statement on its own,

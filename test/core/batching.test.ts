@@ -21,6 +21,7 @@ import { createTestDatabase, type TestDatabase } from '../support/db'
 import { identity, secondsAfter } from '../support/keys'
 import { lockTable, type TableLock } from '../support/table-lock'
 import { waitFor } from '../support/wait'
+import { KEY_STATES } from '../../src/core/key-states'
 
 const timing = { ttlSeconds: 30, retentionSeconds: 3600 }
 
@@ -47,7 +48,7 @@ const complete = (pools: Pools, lease: Lease, overrides: { currency?: string } =
 
 const payments = async (keys: readonly string[]) =>
   (await db.sql<{ n: number }[]>`select count(*)::int as n from payments where idempotency_key in ${db.sql(keys as string[])}`)[0]!.n
-const statusOf = async (key: string) => (await db.sql<{ status: string }[]>`select status from idempotency_keys where key = ${key}`)[0]!.status
+const statusOf = async (key: string) => (await db.sql<{ status: string }[]>`select k.status from ${db.sql.unsafe(KEY_STATES)} k where k.key = ${key}`)[0]!.status
 const listed = async (keys: readonly string[]) =>
   (await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_processing where key in ${db.sql(keys as string[])}`)[0]!.n
 
@@ -385,7 +386,11 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
   })
 })
 
-describe('a deadlock with another session', () => {
+// The old form's mechanics: a completion updates the key's row (sql/engine/00020). In the new form it
+// touches only the processing entry and the answer, so neither the lock nor the update below happens.
+const oldForm = process.env.TEST_KEY_FORM !== 'new'
+
+describe.if(oldForm)('a deadlock with another session', () => {
   // Catches: a shared statement that meets a lock cycle (it holds A, waits for B; another session holds B, waits
   // for A) failing every member, or waiting on it past a few tens of milliseconds: C and D share its fate otherwise.
   test('the lane\'s statement holds A and waits for B while another session holds B and waits for A: the members beside them commit while the other session still holds its locks, A and B fail alone', async () => {
@@ -434,7 +439,7 @@ describe('a deadlock with another session', () => {
   }, 30_000)
 })
 
-describe('completions are heap-only updates', () => {
+describe.if(oldForm)('completions are heap-only updates', () => {
   /**
    * 600 keys claimed and completed 32 at a time on a fresh database; the share of the completions that were
    * heap-only updates, and the key table's indexes. `claimed` gives each claim what the route sends with it.

@@ -14,6 +14,7 @@ import { release } from '../../src/core/release'
 import type { ClaimResult, Lease, StoredResponse } from '../../src/core/types'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { createKey, identity, secondsAfter } from '../support/keys'
+import { KEY_STATES } from '../../src/core/key-states'
 
 const TTL = 30
 const RETENTION = 3600
@@ -41,7 +42,7 @@ async function sideEffects(key: string): Promise<number> {
 }
 
 async function keyRow(id: { tenant: string; key: string }) {
-  const [row] = await db.sql`select * from idempotency_keys where tenant = ${id.tenant} and key = ${id.key}`
+  const [row] = await db.sql`select * from ${db.sql.unsafe(KEY_STATES)} k where k.tenant = ${id.tenant} and k.key = ${id.key}`
   return row
 }
 

@@ -22,6 +22,7 @@ import type { ClaimResult, RequestIdentity } from '../../src/core/types'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { createKey, identity, secondsAfter } from '../support/keys'
 import { track, waitFor } from '../support/wait'
+import { KEY_STATES } from '../../src/core/key-states'
 
 const TTL = 30
 const RETENTION = 3600
@@ -49,7 +50,7 @@ async function queuedOnLock(): Promise<number> {
 
 async function keyRow(id: RequestIdentity) {
   const [row] = await db.sql<{ status: string; lease: string; attempts: number }[]>`
-    select status, lease::text, attempts from idempotency_keys where tenant = ${id.tenant} and key = ${id.key}`
+    select k.status, k.lease::text, k.attempts from ${db.sql.unsafe(KEY_STATES)} k where k.tenant = ${id.tenant} and k.key = ${id.key}`
   return row!
 }
 

@@ -4,6 +4,7 @@
  * notices; nothing depends on it.
  */
 import type postgres from 'postgres'
+import { KEY_STATES } from '../../src/core/key-states'
 
 const POLL_MS = 10
 
@@ -46,7 +47,7 @@ export async function within<T, U>(promise: Promise<T>, timeoutMs: number, timed
 /** How many of `keys` (of `tenant`) are in `status`. */
 export async function keysIn(sql: postgres.Sql, status: 'processing' | 'done' | 'released', keys: readonly string[], tenant = 'acme'): Promise<number> {
   const [row] = await sql<{ n: number }[]>`
-    select count(*)::int as n from idempotency_keys where tenant = ${tenant} and key in ${sql(keys as string[])} and status = ${status}`
+    select count(*)::int as n from ${sql.unsafe(KEY_STATES)} k where k.tenant = ${tenant} and k.key in ${sql(keys as string[])} and k.status = ${status}`
   return row!.n
 }
 

@@ -1,0 +1,118 @@
+-- @online
+-- @no-transaction
+-- The answer apart from its key (issue 40; docs/explanation/scaling.md, "The
+-- next layout"), first step: the tables and columns of the key's new form.
+-- Keys keep being claimed in the old form until a later contract step switches
+-- idempotency_key_form to 'new'.
+--
+-- A completion in the old form updates the key's row: it grows from about
+-- 340 B (claimed) to 680 (with its answer), and the page must keep room for
+-- both versions, so the key table is filled to a third and costs 1,300 B a
+-- completed key at 10 M keys (BENCHMARKS.md). In the new form the key row is
+-- written once, at the claim, and never grows:
+--
+-- - the key row (idempotency_keys) holds what names the request: tenant, key,
+--   method, path, fingerprint, request_id, attempts, created_at, and the lease
+--   (written at the claim and by a take-over, never by a completion). Its
+--   locked_at is null: that is how a statement tells the new form. Its status
+--   is null while the request is in flight or done, 'released' once released;
+-- - the processing entry (idempotency_processing) carries the request in
+--   flight: its lease (the fence), the lease's time, owner, summary and HTTP
+--   request id. A completion deletes it under its lease and inserts the answer
+--   in the same statement; a take-over updates it under the lease it saw;
+-- - the answer (idempotency_answers), keyed by tenant and the key's request id.
+--
+-- Status is where the key's rows are: an entry, processing; an answer, done;
+-- 'released' on the key row, released (src/core/key-states.ts).
+--
+-- Online: a new table, nullable columns, NOT NULL dropped from two columns the
+-- release before always writes, a unique index built concurrently on the
+-- processing list (a few hundred rows). The release before never meets a key
+-- of the new form: the form is switched only by a contract step, once no such
+-- process lives. Each statement can run again (@no-transaction).
+
+create table if not exists idempotency_answers (
+  tenant           text        not null,
+  request_id       uuid        not null,
+  completed_at     timestamptz not null,
+  response_status  smallint    not null check (response_status between 100 and 599),
+  -- The headers as JSON text: jsonb costs a dozen bytes more on a two-header object.
+  response_headers text        not null,
+  response_body    text        not null,
+  primary key (tenant, request_id)
+);
+-- The purge's walk, oldest answers first: answers are inserted in completion
+-- order, so a block range index finds them at a few bytes per thousand keys
+-- (a B-tree took 13-21 B a key, bench/key-layouts.ts).
+create index if not exists idempotency_answers_completed_at on idempotency_answers using brin (completed_at);
+
+alter table idempotency_processing add column if not exists lease bigint;
+alter table idempotency_processing add column if not exists owner uuid;
+alter table idempotency_processing add column if not exists summary jsonb;
+alter table idempotency_processing add column if not exists http_request_id text;
+-- A new-form key finds its entry by its name (its row has no stale_at). Only
+-- the new form's entries: an old-form entry is found by its key's stale_at, and
+-- one left behind by a failure must not refuse the key's next claim.
+create unique index concurrently if not exists idempotency_processing_key on idempotency_processing (tenant, key) where lease is not null;
+
+alter table idempotency_keys alter column locked_at drop not null;
+alter table idempotency_keys alter column status drop not null;
+
+-- The form new claims take: one row, 'old' until the contract step.
+create table if not exists idempotency_key_form (
+  id   smallint primary key default 1 check (id = 1),
+  form text     not null check (form in ('old', 'new'))
+);
+insert into idempotency_key_form (id, form) values (1, 'old') on conflict (id) do nothing;
+
+-- On a Citus coordinator whose key table is distributed (sql/engine/00011):
+-- the answers beside their keys, the form on every node.
+do $$
+begin
+  if not exists (select 1 from pg_extension where extname = 'citus') then
+    return;
+  end if;
+  if not exists (select 1 from pg_dist_partition where logicalrelid = 'idempotency_keys'::regclass) then
+    return;
+  end if;
+  if not exists (select 1 from pg_dist_partition where logicalrelid = 'idempotency_answers'::regclass) then
+    perform create_distributed_table('idempotency_answers', 'tenant', colocate_with => 'idempotency_keys');
+  end if;
+  if not exists (select 1 from pg_dist_partition where logicalrelid = 'idempotency_key_form'::regclass) then
+    perform create_reference_table('idempotency_key_form');
+  end if;
+end
+$$;
+
+-- The transactional completion (core/complete.ts) in both forms: the old as
+-- in 00017; the new deletes the key's entry under its lease (the fence, as
+-- the statement form in core/completion-sql.ts) and inserts the answer.
+create or replace function idempotency_complete(
+  p_tenant text, p_key text, p_lease bigint,
+  p_status smallint, p_headers jsonb, p_body text, p_now timestamptz
+) returns timestamptz language plpgsql as $$
+declare
+  v_at timestamptz := coalesce(p_now, clock_timestamp());
+  v_stale_at timestamptz;
+begin
+  select stale_at into v_stale_at from idempotency_keys
+   where tenant = p_tenant and key = p_key and lease = p_lease and status = 'processing'
+     for update;
+  if found then
+    update idempotency_keys
+       set status = 'done', completed_at = v_at, owner = null, stale_at = null, summary = null,
+           response_status = p_status, response_headers = p_headers, response_body = p_body
+     where tenant = p_tenant and key = p_key;
+    delete from idempotency_processing where stale_at = v_stale_at and tenant = p_tenant and key = p_key;
+    return v_at;
+  end if;
+  delete from idempotency_processing where tenant = p_tenant and key = p_key and lease = p_lease;
+  if not found then
+    raise exception 'the lease on this idempotency key was lost' using errcode = 'IK409';
+  end if;
+  insert into idempotency_answers (tenant, request_id, completed_at, response_status, response_headers, response_body)
+  select p_tenant, k.request_id, v_at, p_status, p_headers::text, p_body
+    from idempotency_keys k where k.tenant = p_tenant and k.key = p_key;
+  return v_at;
+end
+$$;

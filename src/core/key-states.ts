@@ -1,0 +1,51 @@
+/**
+ * A key's state in either of its two forms (sql/engine/00020), as one
+ * relation with the old form's columns: what every reader of a key names
+ * instead of idempotency_keys, so it reads a key of either form alike.
+ *
+ * - Old form (its row's locked_at set): the row says it all; a completion
+ *   updated it with its answer.
+ * - New form (locked_at null): the row names the request and is never updated
+ *   by a completion. Its request in flight is its processing entry (the lease's
+ *   time, deadline, owner, summary, HTTP request id), its answer a row of
+ *   idempotency_answers; a release writes 'released' on the row itself.
+ *
+ * The joins are probes by unique indexes, made only for a new-form row: a
+ * reader of one key pays two index lookups more, a reader of the old form
+ * none. A new-form key with neither entry nor answer (only a hand-made edit
+ * leaves one: every writer changes both in one statement) reads as processing
+ * with no deadline, so nothing takes it over by itself.
+ *
+ * A subquery, not a view: the lane's statements on Citus name each table as
+ * its shard (citus-form.ts onShard), which a view would hide. PostgreSQL pulls
+ * it up into the statement, so a condition on `k.tenant` and `k.key` is a
+ * primary-key probe as on the table.
+ */
+export const KEY_STATES = `(
+    select k.tenant, k.key, k.method, k.path, k.fingerprint,
+           case when k.locked_at is not null or k.status is not null then k.status
+                when a.request_id is not null then 'done'
+                else 'processing' end as status,
+           k.lease, k.attempts, k.request_id, k.created_at, k.released_at, k.release_reason,
+           coalesce(k.locked_at, e.locked_at) as locked_at,
+           coalesce(k.stale_at, e.stale_at) as stale_at,
+           coalesce(k.owner, e.owner) as owner,
+           coalesce(k.summary, e.summary) as summary,
+           coalesce(k.http_request_id, e.http_request_id) as http_request_id,
+           coalesce(k.completed_at, a.completed_at) as completed_at,
+           coalesce(k.response_status, a.response_status) as response_status,
+           coalesce(k.response_headers, a.response_headers::jsonb) as response_headers,
+           coalesce(k.response_body, a.response_body) as response_body,
+           k.locked_at is null as apart
+      from idempotency_keys k
+      left join idempotency_processing e on k.locked_at is null and e.tenant = k.tenant and e.key = k.key and e.lease is not null
+      left join idempotency_answers a on k.locked_at is null and a.tenant = k.tenant and a.request_id = k.request_id
+  )`
+
+/**
+ * Whether new claims take the new form: the one row of idempotency_key_form,
+ * 'old' until the contract step switches it (a database without the row:
+ * old). A scalar subquery of a one-row table, read by each claim statement,
+ * so every process switches with its next claim.
+ */
+export const CLAIMS_APART = `coalesce((select f.form = 'new' from idempotency_key_form f where f.id = 1), false)`
