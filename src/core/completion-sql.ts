@@ -18,11 +18,11 @@ export interface CompletionMember {
  * $1 the members' keys and answers; $2 their rows, each tagged with its
  * member and its group (one table and one set of columns: a group is one
  * INSERT, and a column a row does not give is not written, so its default
- * applies). `done` is the fence: the members whose lease held, and every
- * INSERT takes only the rows of members in `done`. A key completes in its
+ * applies). `completed` is the fence: the members whose lease held, and every
+ * INSERT takes only the rows of members in `completed`. A key completes in its
  * form (sql/engine/00020, key-states.ts):
  *
- * - old: `updated` matches its row only under its current lease and writes
+ * - old: `done` matches its row only under its current lease and writes
  *   the answer into it; `before` reads its deadline as the statement's
  *   snapshot saw it, to delete its processing entry (sql/engine/00005); a key
  *   whose lease moved on is not updated, so its entry, now the new owner's,
@@ -45,8 +45,9 @@ export function completionStatement(members: readonly CompletionMember[]): { tex
  * members whose lease held.
  */
 export function completionParts(members: readonly CompletionMember[], { prefix = '', first = 1, shared = true } = {}): { ctes: string; done: string; parameters: string[] } {
+  // `updated` keeps the name `done` it had before the new form: tests and operators find the completion by it.
   const [input, before, updated, unlisted, taken, answered, done] =
-    [`${prefix}input`, `${prefix}before`, `${prefix}updated`, `${prefix}unlisted`, `${prefix}taken`, `${prefix}answered`, `${prefix}done`] as const
+    [`${prefix}input`, `${prefix}before`, `${prefix}done`, `${prefix}unlisted`, `${prefix}taken`, `${prefix}answered`, `${prefix}completed`] as const
   const [$members, $rows] = [`$${first}`, `$${first + 1}`] as const
   const groups = new Map<string, { table: string; columns: string[] }>()
   const rows: { n: number; g: number; r: Readonly<Record<string, unknown>> }[] = []

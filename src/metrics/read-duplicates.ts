@@ -1,4 +1,5 @@
 import type { Sql } from '../core/types'
+import { KEY_STATES } from '../core/key-states'
 
 /**
  * $1 now (null: the database's), $2 window seconds, $3 the TTL, $4 at most
@@ -37,7 +38,7 @@ import type { Sql } from '../core/types'
 export const DUPLICATES_SQL = `
   with newest as (
     select k.tenant, k.path, k.fingerprint, k.status, k.completed_at, k.created_at
-      from idempotency_keys k
+      from ${KEY_STATES} k
      where k.created_at > coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8 + $3::float8)
      order by k.created_at desc
      limit $4::int),

@@ -1,5 +1,6 @@
 import { cutoffText, retentionEndText } from '../core/policy'
 import type { Sql } from '../core/types'
+import { KEY_STATES } from '../core/key-states'
 
 const NOW = 'coalesce($1::timestamptz, now())'
 
@@ -28,7 +29,7 @@ const NOW = 'coalesce($1::timestamptz, now())'
 export const PURGE_OVERDUE_SQL = `
   select coalesce(max(extract(epoch from ${NOW} - ${retentionEndText('$2::float8')})), 0)::float8 as overdue
     from (select k.completed_at, k.released_at
-            from idempotency_keys k
+            from ${KEY_STATES} k
            where ${cutoffText('retentionCandidate', NOW, '$2::float8')}
              and (${cutoffText('expired', NOW, '$2::float8')} or ${cutoffText('releasedExpired', NOW, '$2::float8')})
            order by k.created_at

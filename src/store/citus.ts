@@ -4,9 +4,9 @@
  * migrated before citus was added onto its workers online, and which workers
  * the coordinator cannot reach (readiness, store/health.ts).
  *
- * The layout (sql/engine/00011, sql/service/00006): by tenant, co-located,
- * idempotency_keys, idempotency_processing, idempotency_audit and payments;
- * reference tables idempotency_processes and idempotency_settings; on the
+ * The layout (sql/engine/00011 and 00020, sql/service/00006): by tenant, co-located,
+ * idempotency_keys, idempotency_processing, idempotency_audit, idempotency_answers and payments;
+ * reference tables idempotency_processes, idempotency_settings and idempotency_key_form; on the
  * coordinator alone idempotency_secrets and admin_sessions.
  */
 import postgres from 'postgres'
@@ -16,9 +16,9 @@ import { MIGRATION_LOCK_ID, takeMigrationLock } from './migrate'
 type Sql = postgres.Sql | postgres.TransactionSql
 
 /** Distributed by tenant, co-located with the first (the order they are distributed in). */
-export const DISTRIBUTED_TABLES = ['idempotency_keys', 'idempotency_processing', 'idempotency_audit', 'payments'] as const
+export const DISTRIBUTED_TABLES = ['idempotency_keys', 'idempotency_processing', 'idempotency_audit', 'idempotency_answers', 'payments'] as const
 /** A copy on every node: read by statements routed to a worker. */
-export const REFERENCE_TABLES = ['idempotency_settings', 'idempotency_processes'] as const
+export const REFERENCE_TABLES = ['idempotency_settings', 'idempotency_processes', 'idempotency_key_form'] as const
 
 /**
  * - none: no citus extension (plain PostgreSQL);

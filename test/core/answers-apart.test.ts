@@ -102,6 +102,7 @@ describe('a key of the new form', () => {
 describe('switching the form while keys are in flight', () => {
   test('a key claimed in the old form completes in it; keys claimed after the switch take the new form; every one replays', async () => {
     const switching = await createTestDatabase('answers-apart-switch')
+    await setKeyForm(switching.url, 'old')
     try {
       const oldId = identity()
       const oldLease = leaseOf(await claim(switching.pools.short, oldId, timing()))

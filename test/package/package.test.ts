@@ -85,8 +85,9 @@ test.skipIf(!npm)('the tarball: what the entry points import, the engine\'s SQL,
     .flatMap((target) => (typeof target === 'string' ? [target] : Object.values(target))).map((path) => path.replace(/^\.\//, ''))
   expect(named.filter((path) => !tarball.files.includes(path))).toEqual([])
   expect(tarball.files.filter((file) => /^(test|bench|docs|dashboards|examples|\.ci|node_modules|\.data)\//.test(file) || /\.test\.ts$/.test(file) || /\.png$/.test(file))).toEqual([])
-  // A ceiling that a stray data file, image or bundle would break; 0.3.0 packs to about 212 KB (its config schema and settings code, the secret estimator, a longer CHANGELOG).
-  expect(tarball.size).toBeLessThan(250_000)
+  // A ceiling that a stray data file, image or bundle would break; 0.3.0 packs to about 212 KB (its config schema and settings code,
+  // the secret estimator, a longer CHANGELOG), the release of engine 20 to about 253 KB (the key's second form in every statement).
+  expect(tarball.size).toBeLessThan(275_000)
   // dependencies: exactly the packages the entry points import, less the peers (one Elysia, one TypeBox: the app's).
   const external = new Set<string>()
   for (const input of Object.values(build.metafile!.inputs))
@@ -180,7 +181,7 @@ test.skipIf(!npm)('its own idempotent route against a database: one email per ke
 
     // migrate() gave the app the engine's tables and nothing of the payments service.
     const tables = (await sql<{ name: string }[]>`select tablename as name from pg_tables where schemaname = 'public' order by 1`).map((row) => row.name)
-    expect(tables).toEqual(['idempotency_audit', 'idempotency_keys', 'idempotency_migrations', 'idempotency_processes', 'idempotency_processing', 'idempotency_secrets', 'idempotency_settings'])
+    expect(tables).toEqual(['idempotency_answers', 'idempotency_audit', 'idempotency_key_form', 'idempotency_keys', 'idempotency_migrations', 'idempotency_processes', 'idempotency_processing', 'idempotency_secrets', 'idempotency_settings'])
   } finally {
     await sql.end({ timeout: 1 })
   }

@@ -71,7 +71,7 @@ const fresh = () => (freshSchema ??= emptyDatabase('fresh').then(async ({ url, s
   return schemaOf(sql)
 }))
 
-const ENGINE_TABLES = ['idempotency_audit', 'idempotency_keys', 'idempotency_migrations', 'idempotency_processes', 'idempotency_processing', 'idempotency_secrets', 'idempotency_settings']
+const ENGINE_TABLES = ['idempotency_answers', 'idempotency_audit', 'idempotency_key_form', 'idempotency_keys', 'idempotency_migrations', 'idempotency_processes', 'idempotency_processing', 'idempotency_secrets', 'idempotency_settings']
 
 test('a plugin user\'s migrate() makes the engine\'s tables only, recorded in idempotency_migrations', async () => {
   const { url, sql } = await emptyDatabase('engine')
