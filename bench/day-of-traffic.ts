@@ -76,6 +76,7 @@ const { values } = parseArgs({
     /** The cells to run, e.g. `large,empty` (all three by default). */
     cells: { type: 'string', default: CELLS.join(',') },
     keep: { type: 'boolean', default: false },
+    'key-form': { type: 'string', default: 'old' },
   },
 })
 const number = (name: keyof typeof values) => {
@@ -93,6 +94,23 @@ if (freezeAs.length === 0 || freezeAs.some((a) => !FREEZE_AS.includes(a)) || new
 const cells = values.cells!.split(',').map((c) => c.trim()) as Cell[]
 if (cells.length === 0 || cells.some((c) => !CELLS.includes(c))) throw new Error(`--cells must name some of ${CELLS.join(', ')}, got ${values.cells}`)
 if (settings.tool !== 'wrk' && settings.tool !== 'autocannon') throw new Error(`--load must be wrk or autocannon, got ${settings.tool}`)
+
+if (values['key-form'] !== 'old' && values['key-form'] !== 'new') throw new Error(`--key-form must be old or new, got ${values['key-form']}`)
+
+/**
+ * `--key-form new`: keys claimed in the new form (sql/engine/00020), and the key
+ * table filled whole, as the contract step that switches the form would leave it.
+ */
+async function keyForm(url: string): Promise<void> {
+  if (values['key-form'] !== 'new') return
+  const sql = postgres(url, { max: 1, onnotice: () => undefined })
+  try {
+    await sql`update idempotency_key_form set form = 'new'`
+    await sql`alter table idempotency_keys set (fillfactor = 100)`
+  } finally {
+    await sql.end()
+  }
+}
 
 const load1 = () => round2(loadavg()[0]!)
 const log = (line: string) => console.error(`[day ${new Date().toISOString().slice(11, 19)} load ${load1()}] ${line}`)
@@ -133,6 +151,7 @@ async function main(): Promise<void> {
       seed = previous.seed
     } else {
       await migrateService(large)
+      await keyForm(large)
       log(`${settings.calibrate} payments through the service's app, 32 at a time (the row every seeded key copies)`)
       const pools = openPools(large, { applicationName: 'day-calibrate', shortMax: 8, workMax: 8 })
       const app = await startApp({ url: large, pools, sql, drop: async () => undefined } satisfies TestDatabase)
@@ -156,7 +175,9 @@ async function main(): Promise<void> {
     await sql.end()
 
     const emptyTemplate = `idem_day_${id}_empty`
-    await migrateService(await create(emptyTemplate))
+    const empty = await create(emptyTemplate)
+    await migrateService(empty)
+    await keyForm(empty)
     provider = await startProvider(0)
 
     const rounds: Record<Cell, RoundResult[]> = { large: [], empty: [], purge: [] }

@@ -91,7 +91,7 @@ export function dayReport(r: DayResults): string {
   const vacuumOf = (f: FreezeResult) => (f.as ?? 'manual') === 'manual'
     ? 'one VACUUM (FREEZE) of idempotency_keys under load (manual: unthrottled, every row frozen)'
     : 'one aggressive VACUUM of idempotency_keys under load, as anti-wraparound autovacuum runs it (2 ms cost delay, rows younger than 50 M transactions left unfrozen)'
-  const bytes = (k: KeyBytes) => `${n(k.perKey)} B (heap ${n(k.heap / k.done)}, TOAST ${n(k.toast / k.done)}, indexes ${n(k.indexes / k.done)}, maps ${n(k.maps / k.done)}, processing list ${n(k.processing / k.done)}; ${k.rowsPerPage.toFixed(1)} rows per page of ${n(k.avgRow)} B)`
+  const bytes = (k: KeyBytes) => `${n(k.perKey)} B (heap ${n(k.heap / k.done)}, TOAST ${n(k.toast / k.done)}, indexes ${n(k.indexes / k.done)}, maps ${n(k.maps / k.done)}, processing list ${n(k.processing / k.done)}, answers ${n((k.answers ?? 0) / k.done)}; ${k.rowsPerPage.toFixed(1)} rows per page of ${n(k.avgRow)} B)`
   const row = (cell: string, rounds: RoundResult[]) => rounds.map((x, i) =>
     `| ${i + 1} | ${cell} | ${n(x.load.rps)} | ${x.load.p50} | ${x.load.p99} | ${x.seqScans} | ${cell === 'purge' ? `${n(x.purgedPerSecond)} (${x.expiredLeft === 0 ? "none left: the backlog ran out, a floor" : `${n(x.expiredLeft)} left`})` : ''} | ${x.exactlyOnce.ok ? 'holds' : '**BROKEN**'} (${n(x.exactlyOnce.payments)} / ${n(x.exactlyOnce.charges)}) |`)
   return [

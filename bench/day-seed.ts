@@ -17,10 +17,14 @@
  *  - a few processing keys (half of them an hour old: stale), listed in
  *    idempotency_processing by the engine's own trigger.
  *
+ * A key of the new form (sql/engine/00020) is copied with its answer, and a
+ * processing one with its entry, as the engine writes them.
+ *
  * Then VACUUM (ANALYZE), as autovacuum leaves a table in use: statistics, and
  * the visibility map set, nothing frozen yet.
  */
 import type postgres from 'postgres'
+import { KEY_STATES } from '../src/core/key-states'
 
 export interface DaySeedOptions {
   /** Keys in the table after the seed, the template keys included. */
@@ -72,9 +76,11 @@ export async function seedDay(sql: postgres.Sql, options: DaySeedOptions, log: (
   const columns = (await sql<{ name: string }[]>`
     select column_name as name from information_schema.columns
      where table_schema = 'public' and table_name = 'idempotency_keys' order by ordinal_position`).map((c) => c.name)
-  const [template] = await sql<{ tenant: string; key: string }[]>`
-    select tenant, key from idempotency_keys where status = 'done' order by completed_at desc limit 1`
+  // The newest completed key, of either form (sql/engine/00020): a new-form key is copied with its answer.
+  const [template] = await sql<{ tenant: string; key: string; apart: boolean }[]>`
+    select k.tenant, k.key, k.apart from ${sql.unsafe(KEY_STATES)} k where k.status = 'done' order by k.completed_at desc limit 1`
   if (!template) throw new Error('no completed key to copy: make payments through the service first')
+  const apart = template.apart
   const [table] = await sql<{ reloptions: string[] | null }[]>`select reloptions from pg_class where oid = 'idempotency_keys'::regclass`
   const ownFillfactor = (table?.reloptions ?? []).find((o) => o.startsWith('fillfactor='))?.slice('fillfactor='.length) ?? '100'
   const salt = crypto.randomUUID()
@@ -83,31 +89,46 @@ export async function seedDay(sql: postgres.Sql, options: DaySeedOptions, log: (
   /** Per column: the copy's own value (SQL over the series' `i` and the row's time `t`), else the template's. */
   const overrides = (status: 'done' | 'processing'): Record<string, string> => ({
     key: `md5('${salt}' || i)::uuid::text`,
-    fingerprint: `encode(sha256(int8send(i)), 'hex')`,
-    status: `'${status}'`,
+    ...(apart
+      ? { fingerprint: 'null', digest: 'sha256(int8send(i))', status: 'null', locked_at: 'null', summary: 'null', http_request_id: 'null' }
+      : { fingerprint: `encode(sha256(int8send(i)), 'hex')`, status: `'${status}'`, locked_at: 't',
+          http_request_id: `case when tpl.http_request_id is null then null else gen_random_uuid()::text end` }),
     lease: `(random() * 9.2e18)::int8`,
     attempts: '1',
     created_at: 't',
-    locked_at: 't',
     request_id: 'gen_random_uuid()',
-    http_request_id: `case when tpl.http_request_id is null then null else gen_random_uuid()::text end`,
     owner: 'null',
     released_at: 'null',
     release_reason: 'null',
     stale_at: 'null',
-    ...(status === 'done'
+    ...(status === 'done' && !apart
       ? { completed_at: `t + interval '20 milliseconds'` }
       : { completed_at: 'null', response_status: 'null', response_headers: 'null', response_body: 'null' }),
   })
+  // The new form's rest of a key: a completed key's answer (the template's, under the copy's request id), a
+  // processing key's entry (the engine writes both in the claim's statement; no trigger does it for this form).
+  const rest = (status: 'done' | 'processing') => !apart ? '' : status === 'done'
+    ? `, answered as (
+        insert into idempotency_answers (tenant, request_id, completed_at, response_status, response_headers, response_body)
+        select c.tenant, c.request_id, c.created_at + interval '20 milliseconds', a.response_status, a.response_headers, a.response_body
+          from copied c, idempotency_answers a join idempotency_keys tk on tk.tenant = a.tenant and tk.request_id = a.request_id
+         where tk.tenant = $1 and tk.key = $2)`
+    : `, listed as (
+        insert into idempotency_processing (stale_at, tenant, key, locked_at, lease)
+        select c.created_at + interval '30 seconds', c.tenant, c.key, c.created_at, c.lease from copied c)`
   const insert = async (status: 'done' | 'processing', from: number, to: number, time: string) => {
     const set = overrides(status)
     const values = columns.map((c) => set[c] ?? `tpl."${c}"`).join(', ')
     await sql.unsafe(`
-      insert into idempotency_keys (${columns.map((c) => `"${c}"`).join(', ')})
-      select ${values}
-        from (select * from idempotency_keys where tenant = $1 and key = $2) tpl,
-             generate_series(${from}::int8, ${to}::int8) i,
-             lateral (select ${time} as t) at`, [template.tenant, template.key])
+      with copied as (
+        insert into idempotency_keys (${columns.map((c) => `"${c}"`).join(', ')})
+        select ${values}
+          from (select * from idempotency_keys where tenant = $1 and key = $2) tpl,
+               generate_series(${from}::int8, ${to}::int8) i,
+               lateral (select ${time} as t) at
+        returning tenant, key, request_id, created_at, lease
+      )${rest(status)}
+      select count(*) from copied`, [template.tenant, template.key])
   }
 
   const started = performance.now()
@@ -134,6 +155,7 @@ export async function seedDay(sql: postgres.Sql, options: DaySeedOptions, log: (
   const vacuumStarted = performance.now()
   await sql`vacuum (analyze) idempotency_keys`
   await sql`vacuum (analyze) idempotency_processing`
+  await sql`vacuum (analyze) idempotency_answers`
   const vacuumSeconds = (performance.now() - vacuumStarted) / 1000
   const [past] = await sql<{ n: number }[]>`
     select count(*)::int as n from idempotency_keys where created_at <= now() - make_interval(secs => ${retention})`

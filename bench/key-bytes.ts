@@ -4,8 +4,9 @@
  * charging a provider simulator of its own: the real claim, the real
  * completion through the lane, the real stored answer), then what the key
  * tables take per completed key: pg_total_relation_size of idempotency_keys
- * and idempotency_processing (heap, TOAST, indexes, free-space and
- * visibility maps) over the keys in `done`, split by part, with the average
+ * and idempotency_processing, and the answers of the new form
+ * (sql/engine/00020), heap, TOAST, indexes, free-space and
+ * visibility maps, over the keys in `done`, split by part, with the average
  * row and the share of completions that were heap-only updates.
  *
  *   bun bench/key-bytes.ts [--payments 4000] [--concurrency 32] [--layout "sql; sql"] [--label name] [--keep]
@@ -39,6 +40,10 @@ export interface KeyBytes {
   readonly maps: number
   /** The processing list: its heap, maps and index. */
   readonly processing: number
+  /** The answers of keys of the new form (sql/engine/00020): heap, TOAST, maps, indexes. */
+  readonly answers: number
+  /** Answers inserted (the new form's completions: the old form's are `upd`). */
+  readonly answered: number
   readonly avgRow: number
   readonly rowsPerPage: number
   readonly upd: number
@@ -50,9 +55,9 @@ export async function keyBytes(sql: postgres.Sql): Promise<KeyBytes> {
   const [row] = await sql<KeyBytes[]>`
     with t as (
       select c.oid, c.reltoastrelid, c.relname from pg_class c
-       where c.relname in ('idempotency_keys', 'idempotency_processing') and c.relnamespace = 'public'::regnamespace
+       where c.relname in ('idempotency_keys', 'idempotency_processing', 'idempotency_answers') and c.relnamespace = 'public'::regnamespace
     )
-    select (select count(*) from idempotency_keys where status = 'done')::int as done,
+    select ((select count(*) from idempotency_keys where status = 'done') + (select count(*) from idempotency_answers))::int as done,
            (select count(*) from idempotency_keys)::int as keys,
            (select sum(pg_total_relation_size(oid)) from t)::float8 as total,
            (select pg_relation_size(oid) from t where relname = 'idempotency_keys')::float8 as heap,
@@ -60,6 +65,8 @@ export async function keyBytes(sql: postgres.Sql): Promise<KeyBytes> {
            (select pg_indexes_size(oid) from t where relname = 'idempotency_keys')::float8 as indexes,
            (select sum(pg_relation_size(oid, 'fsm') + pg_relation_size(oid, 'vm')) from t)::float8 as maps,
            (select pg_total_relation_size(oid) from t where relname = 'idempotency_processing')::float8 as processing,
+           coalesce((select pg_total_relation_size(oid) from t where relname = 'idempotency_answers'), 0)::float8 as answers,
+           coalesce((select n_tup_ins from pg_stat_user_tables where relname = 'idempotency_answers'), 0)::int as answered,
            (select avg(pg_column_size(k.*)) from idempotency_keys k)::float8 as "avgRow",
            (select count(*)::float8 / greatest(pg_relation_size('idempotency_keys') / 8192, 1) from idempotency_keys) as "rowsPerPage",
            (select n_tup_upd from pg_stat_user_tables where relname = 'idempotency_keys')::int as upd,
@@ -68,10 +75,10 @@ export async function keyBytes(sql: postgres.Sql): Promise<KeyBytes> {
   return { ...r, perKey: r.total / Math.max(r.done, 1) }
 }
 
-/** keyBytes once the statistics show `updates` completions (backends report their counters as they exit). */
+/** keyBytes once the statistics show `updates` completions, of either form (backends report their counters as they exit). */
 export async function settledKeyBytes(sql: postgres.Sql, updates: number): Promise<KeyBytes> {
   let figures = await keyBytes(sql)
-  for (let i = 0; i < 100 && figures.upd < updates; i++) {
+  for (let i = 0; i < 100 && figures.upd + figures.answered < updates; i++) {
     await Bun.sleep(100)
     figures = await keyBytes(sql)
   }
@@ -140,10 +147,10 @@ export async function measureKeyBytes(options: KeyBytesOptions): Promise<KeyByte
 
 export function formatKeyBytes(label: string, f: KeyBytes): string {
   const per = (bytes: number) => (bytes / Math.max(f.done, 1)).toFixed(0)
-  return `| ${label} | ${f.perKey.toFixed(0)} | ${per(f.heap)} | ${per(f.toast)} | ${per(f.indexes)} | ${per(f.maps)} | ${per(f.processing)} | ${f.avgRow.toFixed(0)} | ${f.rowsPerPage.toFixed(1)} | ${(100 * f.hot / Math.max(f.upd, 1)).toFixed(1)} % (${f.hot}/${f.upd}) | ${f.done} |`
+  return `| ${label} | ${f.perKey.toFixed(0)} | ${per(f.heap)} | ${per(f.toast)} | ${per(f.indexes)} | ${per(f.maps)} | ${per(f.processing)} | ${per(f.answers)} | ${f.avgRow.toFixed(0)} | ${f.rowsPerPage.toFixed(1)} | ${(100 * f.hot / Math.max(f.upd, 1)).toFixed(1)} % (${f.hot}/${f.upd}) | ${f.done} |`
 }
 
-export const KEY_BYTES_HEADER = '| layout | B per key | heap | TOAST | indexes | FSM+VM (both) | processing list (all forks, index) | avg row | rows/page | HOT | done keys |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |'
+export const KEY_BYTES_HEADER = '| layout | B per key | heap | TOAST | indexes | FSM+VM (both) | processing list (all forks, index) | answers (all forks, indexes) | avg key row | rows/page | HOT | done keys |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |'
 
 if (import.meta.main) {
   const { values } = parseArgs({

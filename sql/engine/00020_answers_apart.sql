@@ -12,7 +12,7 @@
 -- written once, at the claim, and never grows:
 --
 -- - the key row (idempotency_keys) holds what names the request: tenant, key,
---   method, path, fingerprint, request_id, attempts, created_at, and the lease
+--   method, path, fingerprint (as bytes: digest), request_id, attempts, created_at, and the lease
 --   (written at the claim and by a take-over, never by a completion). Its
 --   locked_at is null: that is how a statement tells the new form. Its status
 --   is null while the request is in flight or done, 'released' once released;
@@ -25,8 +25,8 @@
 -- Status is where the key's rows are: an entry, processing; an answer, done;
 -- 'released' on the key row, released (src/core/key-states.ts).
 --
--- Online: a new table, nullable columns, NOT NULL dropped from two columns the
--- release before always writes, a unique index built concurrently on the
+-- Online: a new table, nullable columns, NOT NULL dropped from three columns the
+-- release before always writes, a check added NOT VALID and then validated, a unique index built concurrently on the
 -- processing list (a few hundred rows). The release before never meets a key
 -- of the new form: the form is switched only by a contract step, once no such
 -- process lives. Each statement can run again (@no-transaction).
@@ -57,6 +57,18 @@ create unique index concurrently if not exists idempotency_processing_key on ide
 
 alter table idempotency_keys alter column locked_at drop not null;
 alter table idempotency_keys alter column status drop not null;
+-- The new form's fingerprint as its 32 bytes, not 64 hex characters: 32 B a key less.
+alter table idempotency_keys add column if not exists digest bytea;
+alter table idempotency_keys alter column fingerprint drop not null;
+do $$
+begin
+  if not exists (select 1 from pg_constraint where conrelid = 'idempotency_keys'::regclass and conname = 'idempotency_keys_one_fingerprint') then
+    alter table idempotency_keys add constraint idempotency_keys_one_fingerprint
+      check ((fingerprint is null) <> (digest is null) and (digest is null or length(digest) = 32)) not valid;
+  end if;
+end
+$$;
+alter table idempotency_keys validate constraint idempotency_keys_one_fingerprint;
 
 -- The form new claims take: one row, 'old' until the contract step.
 create table if not exists idempotency_key_form (

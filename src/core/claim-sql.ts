@@ -117,9 +117,10 @@ const claimCtes = (shared: boolean) => `input as (
       ) k on true
   ),
   fresh as (
-    insert into idempotency_keys as k (tenant, key, method, path, fingerprint, status, lease, owner, summary, http_request_id,
+    insert into idempotency_keys as k (tenant, key, method, path, fingerprint, digest, status, lease, owner, summary, http_request_id,
                                        created_at, locked_at, stale_at)
-    select i.tenant, i.key, i.method, i.path, i.fingerprint, case when form.apart then null else 'processing' end, i.lease,
+    select i.tenant, i.key, i.method, i.path, case when form.apart then null else i.fingerprint end,
+           case when form.apart then decode(i.fingerprint, 'hex') end, case when form.apart then null else 'processing' end, i.lease,
            case when form.apart then null else i.owner end, case when form.apart then null else i.summary end,
            case when form.apart then null else i.http_request_id end,
            i.at, case when form.apart then null else i.at end, case when form.apart then null else ${cutoffText('deadline', 'i.at', 'i.ttl')} end
@@ -127,7 +128,8 @@ const claimCtes = (shared: boolean) => `input as (
      where s.lease is null
      order by i.tenant, i.key, i.n
     on conflict (tenant, key) do nothing
-    returning k.tenant, k.key, k.lease, k.attempts, k.request_id, k.fingerprint, k.locked_at is null as apart
+    returning k.tenant, k.key, k.lease, k.attempts, k.request_id, coalesce(k.fingerprint, encode(k.digest, 'hex')) as fingerprint,
+              k.locked_at is null as apart
   ),
   listed as (
     insert into idempotency_processing (stale_at, tenant, key, locked_at, lease, owner, summary, http_request_id)

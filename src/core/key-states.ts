@@ -5,7 +5,8 @@
  *
  * - Old form (its row's locked_at set): the row says it all; a completion
  *   updated it with its answer.
- * - New form (locked_at null): the row names the request and is never updated
+ * - New form (locked_at null): the row names the request (its fingerprint as
+ *   bytes, `digest`) and is never updated
  *   by a completion. Its request in flight is its processing entry (the lease's
  *   time, deadline, owner, summary, HTTP request id), its answer a row of
  *   idempotency_answers; a release writes 'released' on the row itself.
@@ -22,7 +23,7 @@
  * primary-key probe as on the table.
  */
 export const KEY_STATES = `(
-    select k.tenant, k.key, k.method, k.path, k.fingerprint,
+    select k.tenant, k.key, k.method, k.path, coalesce(k.fingerprint, encode(k.digest, 'hex')) as fingerprint,
            case when k.locked_at is not null or k.status is not null then k.status
                 when a.request_id is not null then 'done'
                 else 'processing' end as status,

@@ -88,7 +88,7 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
              ${inFlight(tx, now, claimant)},
              ${sameRequest
                ? tx`attempts = k.attempts + 1`
-               : tx`method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = ${crypto.randomUUID()}::uuid, attempts = 1, created_at = ${now},
+               : tx`method = ${id.method}, path = ${id.path}, ${fingerprintOf(tx, id.fingerprint)}, request_id = ${crypto.randomUUID()}::uuid, attempts = 1, created_at = ${now},
                      summary = ${claimant.summary ? tx.json(claimant.summary) : null}::jsonb`}
         from target
        where k.tenant = ${id.tenant} and k.key = target.key
@@ -120,7 +120,7 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
         delete from idempotency_answers a where a.tenant = ${id.tenant} and a.request_id = (select t.request_id from target t)
       )
       update idempotency_keys k
-         set method = ${id.method}, path = ${id.path}, fingerprint = ${id.fingerprint}, request_id = ${crypto.randomUUID()}::uuid,
+         set method = ${id.method}, path = ${id.path}, ${fingerprintOf(tx, id.fingerprint)}, request_id = ${crypto.randomUUID()}::uuid,
              lease = ${claimant.lease ?? newLeaseId()}::bigint, attempts = 1, ${inFlight(tx, now, claimant)},
              created_at = ${now}, completed_at = null,
              response_status = null, response_headers = null, response_body = null,
@@ -132,6 +132,12 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
 }
 
 interface TakenRow { lease: string; attempts: number; request_id: string }
+
+/** The SET of a key's fingerprint, in its form: hex in the old, its bytes in the new (sql/engine/00020). */
+function fingerprintOf(tx: Sql, fingerprint: string) {
+  return tx`fingerprint = case when k.locked_at is null then null else ${fingerprint} end,
+            digest = case when k.locked_at is null then decode(${fingerprint}, 'hex') end`
+}
 
 /**
  * The SET of a key taken into processing, in its form (sql/engine/00020): the

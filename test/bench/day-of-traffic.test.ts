@@ -84,3 +84,20 @@ test('--skip-freeze without an earlier run skips the VACUUM (FREEZE) and says so
     rmSync(dir, { recursive: true, force: true })
   }
 }, 60_000)
+
+test('--key-form new seeds keys of the new form with their answers, and the purge clears their backlog', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'idem-day-'))
+  try {
+    const { r } = await runDay(dir, ['--cells', 'purge', '--skip-freeze', '--key-form', 'new'])
+    expect(r.seeded.keys).toBe(KEYS)
+    // Every completed key's answer is a row of idempotency_answers (the key table's rows carry none).
+    expect(r.seeded.done).toBe(KEYS - r.seed.processing)
+    expect(r.seeded.answers).toBeGreaterThan(0)
+    expect(r.seeded.upd).toBe(0)
+    expect(r.seed.pastRetention).toBe(KEYS * EXPIRED)
+    expect(r.rounds.purge[0]!.expiredLeft).toBeLessThan(r.seed.pastRetention)
+    expect(r.rounds.purge[0]!.exactlyOnce.ok).toBe(true)
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}, 60_000)
