@@ -36,7 +36,8 @@ create table if not exists idempotency_answers (
   request_id       uuid        not null,
   completed_at     timestamptz not null,
   response_status  smallint    not null check (response_status between 100 and 599),
-  -- The headers as JSON text: jsonb costs a dozen bytes more on a two-header object.
+  -- The headers as JSON text (jsonb costs a dozen bytes more on a two-header object),
+  -- without content-type when it is application/json (src/core/key-states.ts).
   response_headers text        not null,
   response_body    text        not null,
   primary key (tenant, request_id)
@@ -76,6 +77,31 @@ create table if not exists idempotency_key_form (
   form text     not null check (form in ('old', 'new'))
 );
 insert into idempotency_key_form (id, form) values (1, 'old') on conflict (id) do nothing;
+
+-- A key's state in either form, with the old form's columns (src/core/key-states.ts
+-- KEY_STATES, whose text this is): for operators' queries by hand and for tools.
+-- The engine's own statements name the subquery, not this view (on Citus they
+-- run on a worker's shards, which a view would hide).
+create or replace view idempotency_key_states as
+select k.tenant, k.key, k.method, k.path, coalesce(k.fingerprint, encode(k.digest, 'hex')) as fingerprint,
+       case when k.locked_at is not null or k.status is not null then k.status
+            when a.request_id is not null then 'done'
+            else 'processing' end as status,
+       k.lease, k.attempts, k.request_id, k.created_at, k.released_at, k.release_reason,
+       coalesce(k.locked_at, e.locked_at) as locked_at,
+       coalesce(k.stale_at, e.stale_at) as stale_at,
+       coalesce(k.owner, e.owner) as owner,
+       coalesce(k.summary, e.summary) as summary,
+       coalesce(k.http_request_id, e.http_request_id) as http_request_id,
+       coalesce(k.completed_at, a.completed_at) as completed_at,
+       coalesce(k.response_status, a.response_status) as response_status,
+       coalesce(k.response_headers, (case when a.response_headers::jsonb ? 'content-type' then jsonb_strip_nulls(a.response_headers::jsonb)
+        else a.response_headers::jsonb || '{"content-type": "application/json"}' end)) as response_headers,
+       coalesce(k.response_body, a.response_body) as response_body,
+       k.locked_at is null as apart
+  from idempotency_keys k
+  left join idempotency_processing e on k.locked_at is null and e.tenant = k.tenant and e.key = k.key and e.lease is not null
+  left join idempotency_answers a on k.locked_at is null and a.tenant = k.tenant and a.request_id = k.request_id;
 
 -- On a Citus coordinator whose key table is distributed (sql/engine/00011):
 -- the answers beside their keys, the form on every node.
@@ -123,7 +149,12 @@ begin
     raise exception 'the lease on this idempotency key was lost' using errcode = 'IK409';
   end if;
   insert into idempotency_answers (tenant, request_id, completed_at, response_status, response_headers, response_body)
-  select p_tenant, k.request_id, v_at, p_status, p_headers::text, p_body
+  select p_tenant, k.request_id, v_at, p_status,
+         -- As src/core/key-states.ts answerHeadersStored writes them.
+         (case when p_headers->>'content-type' = 'application/json' then p_headers - 'content-type'
+               when p_headers ? 'content-type' then p_headers
+               else p_headers || '{"content-type": null}' end)::text,
+         p_body
     from idempotency_keys k where k.tenant = p_tenant and k.key = p_key;
   return v_at;
 end

@@ -55,7 +55,7 @@ export async function claim(sql: Sql, id: RequestIdentity, claimant: Claimant, o
   const member: ClaimMember = {
     tenant: id.tenant, key: id.key, method: id.method, path: id.path, fingerprint: id.fingerprint,
     lease, owner: claimant.owner ?? null, now: claimant.now?.toISOString() ?? null, ttl: claimant.ttlSeconds,
-    summary: claimant.summary ?? null, http_request_id: claimant.httpRequestId ?? null,
+    summary: claimant.summary ?? null, http_request_id: claimant.httpRequestId ?? null, request_id: Bun.randomUUIDv7(),
   }
   const recovery = options.recovery && { ...options.recovery, signal: options.signal ?? options.recovery.signal }
   // A claim that gave up on its key's locked row (another session's uncommitted insert of it) committed

@@ -1,4 +1,18 @@
 /**
+ * A new-form answer's headers as stored (JSON text) from `headers` (jsonb):
+ * without `content-type: application/json`, the type of nearly every answer
+ * (36 B a key); a `content-type` of any other value kept; none at all marked
+ * by a null one. answerHeadersRead gives back exactly what was stored.
+ */
+export const answerHeadersStored = (headers: string) => `(case when ${headers}->>'content-type' = 'application/json' then ${headers} - 'content-type'
+            when ${headers} ? 'content-type' then ${headers}
+            else ${headers} || '{"content-type": null}' end)::text`
+
+/** The headers an answer stored by answerHeadersStored was given, as jsonb. */
+export const answerHeadersRead = (stored: string) => `(case when ${stored}::jsonb ? 'content-type' then jsonb_strip_nulls(${stored}::jsonb)
+            else ${stored}::jsonb || '{"content-type": "application/json"}' end)`
+
+/**
  * A key's state in either of its two forms (sql/engine/00020), as one
  * relation with the old form's columns: what every reader of a key names
  * instead of idempotency_keys, so it reads a key of either form alike.
@@ -35,7 +49,7 @@ export const KEY_STATES = `(
            coalesce(k.http_request_id, e.http_request_id) as http_request_id,
            coalesce(k.completed_at, a.completed_at) as completed_at,
            coalesce(k.response_status, a.response_status) as response_status,
-           coalesce(k.response_headers, a.response_headers::jsonb) as response_headers,
+           coalesce(k.response_headers, ${answerHeadersRead('a.response_headers')}) as response_headers,
            coalesce(k.response_body, a.response_body) as response_body,
            k.locked_at is null as apart
       from idempotency_keys k

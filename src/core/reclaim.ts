@@ -74,26 +74,27 @@ export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOve
  * retention (`sameRequest` false) the key is bound anew, to a new request.
  */
 export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameRequest: boolean, claimant: Taker): Promise<TakeOver> {
-  return takeOver(sql, id, (tx) => {
+  const lease = claimant.lease ?? newLeaseId()
+  return takeOver(sql, id, (tx) => inEitherForm((apart) => {
     const now = instant(tx, claimant.now)
     return tx<TakenRow[]>`
       with target as (
         select k.tenant, k.key from idempotency_keys k
          where k.tenant = ${id.tenant} and k.key = ${id.key}
-           and k.status = 'released' and k.lease = ${seen.lease}
+           and k.status = 'released' and k.lease = ${seen.lease} and ${ofForm(tx, apart)}
            for update of k nowait
       )
       update idempotency_keys k
-         set released_at = null, release_reason = null, lease = ${claimant.lease ?? newLeaseId()}::bigint,
-             ${inFlight(tx, now, claimant)},
+         set released_at = null, release_reason = null, lease = ${lease}::bigint,
+             ${inFlight(tx, now, claimant, apart)},
              ${sameRequest
                ? tx`attempts = k.attempts + 1`
-               : tx`method = ${id.method}, path = ${id.path}, ${fingerprintOf(tx, id.fingerprint)}, request_id = ${crypto.randomUUID()}::uuid, attempts = 1, created_at = ${now},
+               : tx`method = ${id.method}, path = ${id.path}, ${fingerprintOf(tx, id.fingerprint, apart)}, request_id = ${Bun.randomUUIDv7()}::uuid, attempts = 1, created_at = ${now},
                      summary = ${claimant.summary ? tx.json(claimant.summary) : null}::jsonb`}
         from target
        where k.tenant = ${id.tenant} and k.key = target.key
       returning k.lease::text as lease, k.attempts, k.request_id::text as request_id`
-  }, claimant)
+  }), claimant)
 }
 
 /**
@@ -102,7 +103,8 @@ export function retakeReleased(sql: Sql, id: RequestIdentity, seen: Lease, sameR
  * not this request's).
  */
 export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, claimant: Taker): Promise<TakeOver> {
-  return takeOver(sql, id, (tx) => {
+  const lease = claimant.lease ?? newLeaseId()
+  return takeOver(sql, id, (tx) => inEitherForm((apart) => {
     const now = instant(tx, claimant.now)
     return tx<TakenRow[]>`
       with target as (
@@ -113,43 +115,55 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
                   coalesce(kr.completed_at, a.completed_at) as completed_at
          ) k
          where kr.tenant = ${id.tenant} and kr.key = ${id.key}
-           and kr.lease = ${seenLease} and ${expired(tx, now, claimant.retentionSeconds)}
+           and kr.lease = ${seenLease} and ${expired(tx, now, claimant.retentionSeconds)} and kr.locked_at is ${apart ? tx`null` : tx`not null`}
            for update of kr nowait
       ),
       forgotten as (
         delete from idempotency_answers a where a.tenant = ${id.tenant} and a.request_id = (select t.request_id from target t)
       )
       update idempotency_keys k
-         set method = ${id.method}, path = ${id.path}, ${fingerprintOf(tx, id.fingerprint)}, request_id = ${crypto.randomUUID()}::uuid,
-             lease = ${claimant.lease ?? newLeaseId()}::bigint, attempts = 1, ${inFlight(tx, now, claimant)},
+         set method = ${id.method}, path = ${id.path}, ${fingerprintOf(tx, id.fingerprint, apart)}, request_id = ${Bun.randomUUIDv7()}::uuid,
+             lease = ${lease}::bigint, attempts = 1, ${inFlight(tx, now, claimant, apart)},
              created_at = ${now}, completed_at = null,
              response_status = null, response_headers = null, response_body = null,
              summary = ${claimant.summary ? tx.json(claimant.summary) : null}::jsonb
         from target
        where k.tenant = ${id.tenant} and k.key = target.key
       returning k.lease::text as lease, k.attempts, k.request_id::text as request_id`
-  }, claimant)
+  }), claimant)
 }
 
 interface TakenRow { lease: string; attempts: number; request_id: string }
 
-/** The SET of a key's fingerprint, in its form: hex in the old, its bytes in the new (sql/engine/00020). */
-function fingerprintOf(tx: Sql, fingerprint: string) {
-  return tx`fingerprint = case when k.locked_at is null then null else ${fingerprint} end,
-            digest = case when k.locked_at is null then decode(${fingerprint}, 'hex') end`
+/**
+ * A take-over of a key in each form in turn (sql/engine/00020), one statement
+ * each, until one takes it: a key is of one form, so at most one matches.
+ * Apart, not one statement whose SET chooses by CASE: Citus refuses a
+ * non-immutable function (now()) inside a CASE of a statement it routes.
+ */
+async function inEitherForm(update: (apart: boolean) => Promise<TakenRow[]>): Promise<TakenRow[]> {
+  const old = await update(false)
+  return old.length > 0 ? old : await update(true)
+}
+
+/** The keys of one form: the new form's row has no lease time (sql/engine/00020). */
+const ofForm = (tx: Sql, apart: boolean) => (apart ? tx`k.locked_at is null` : tx`k.locked_at is not null`)
+
+/** The SET of a key's fingerprint, in its form: hex in the old, its bytes in the new. */
+function fingerprintOf(tx: Sql, fingerprint: string, apart: boolean) {
+  return apart ? tx`fingerprint = null, digest = decode(${fingerprint}, 'hex')` : tx`fingerprint = ${fingerprint}, digest = null`
 }
 
 /**
- * The SET of a key taken into processing, in its form (sql/engine/00020): the
- * old form's row carries its request in flight; the new form's carries none
- * of it (takeOver lists it in its entry), and its status stays null.
+ * The SET of a key taken into processing, in its form: the old form's row
+ * carries its request in flight; the new form's carries none of it (takeOver
+ * lists it in its entry), and its status stays null.
  */
-function inFlight(tx: Sql, now: ReturnType<typeof instant>, claimant: Taker) {
-  return tx`status = case when k.locked_at is null then null else 'processing' end,
-            locked_at = case when k.locked_at is null then null else ${now} end,
-            stale_at = case when k.locked_at is null then null else ${deadlineAt(tx, now, claimant.ttlSeconds)} end,
-            owner = case when k.locked_at is null then null else ${claimant.owner ?? null}::uuid end,
-            http_request_id = case when k.locked_at is null then null else ${claimant.httpRequestId ?? null} end`
+function inFlight(tx: Sql, now: ReturnType<typeof instant>, claimant: Taker, apart: boolean) {
+  return apart
+    ? tx`status = null, locked_at = null, stale_at = null, owner = null, http_request_id = null`
+    : tx`status = 'processing', locked_at = ${now}, stale_at = ${deadlineAt(tx, now, claimant.ttlSeconds)},
+         owner = ${claimant.owner ?? null}::uuid, http_request_id = ${claimant.httpRequestId ?? null}`
 }
 
 /** A claimant, with the lease it takes the key under (drawn by the caller, lease-id.ts; @default a new one). */

@@ -181,11 +181,11 @@ describe('CSRF on state-changing forms', () => {
     ]
     expect(refused.map((response) => response.status)).toEqual([403, 403, 403, 403, 403])
     expect(await keyInProcessing(db.sql, 'acme', 'csrf-stale-target')).toBe(true)
-    const [done] = await db.sql`select count(*)::int as n from idempotency_keys where key = 'csrf-old-done'`
+    const [done] = await db.sql`select count(*)::int as n from idempotency_key_states where key = 'csrf-old-done'`
     expect(done!.n).toBe(1)
     const purged = await postForm(server.url, '/admin/purge', { csrf: alice.csrf }, { cookie: alice.cookie })
     expect(purged.status).toBe(303)
-    const [gone] = await db.sql`select count(*)::int as n from idempotency_keys where key = 'csrf-old-done'`
+    const [gone] = await db.sql`select count(*)::int as n from idempotency_key_states where key = 'csrf-old-done'`
     expect(gone!.n).toBe(0)
   })
 

@@ -33,7 +33,7 @@ async function owned(tenant: string, key: string, ageSeconds: number, heartbeatS
 describe('a key whose worker died', () => {
   test('its page shows lease, attempts, owner gone, deadline passed and the downstream key; confirming releases it and leads to its audit entry', async () => {
     const lease = await owned('acme', 'order-7731', 900, 600)
-    const [row] = await db.sql<{ request_id: string }[]>`select request_id::text from idempotency_keys where tenant = 'acme' and key = 'order-7731'`
+    const [row] = await db.sql<{ request_id: string }[]>`select request_id::text from idempotency_key_states where tenant = 'acme' and key = 'order-7731'`
     const detail = await page('/admin/keys/acme/order-7731?back=tenant%3Dacme%26stale%3D1')
     expect(detail.response.status).toBe(200)
     const shown = text(detail.html)

@@ -55,7 +55,7 @@ async function processRow(ageSeconds: number): Promise<string> {
 }
 
 const sideEffects = async (key: string) => (await db.sql<{ n: number }[]>`select count(*)::int as n from side_effects where key = ${key}`)[0]!.n
-const statusOf = async (key: string) => (await db.sql<{ status: string }[]>`select status from idempotency_keys where key = ${key}`)[0]?.status
+const statusOf = async (key: string) => (await db.sql<{ status: string }[]>`select status from idempotency_key_states where key = ${key}`)[0]?.status
 
 describe('against a live worker (real server, a provider call held open by the test)', () => {
   let server: ServerProcess
@@ -75,7 +75,7 @@ describe('against a live worker (real server, a provider call held open by the t
     const request = postPayment(server.url, payment(), { key })
     // The worker is in its external phase: the provider holds its charge until released below.
     await waitFor(async () => provider.held() === 1, 'the charge to reach the provider')
-    const [row] = await db.sql<{ lease: string }[]>`select lease from idempotency_keys where key = ${key}`
+    const [row] = await db.sql<{ lease: string }[]>`select lease from idempotency_key_states where key = ${key}`
 
     const viaApi = await api(server.url, '/admin/api/keys/expire', { method: 'POST', body: { tenant: 'acme', key, lease: row!.lease } })
     expect(viaApi.status).toBe(409)
@@ -158,7 +158,7 @@ describe('conditional on what the operator saw', () => {
     if (taken === null || taken === 'busy') throw new Error(`expected a reclaim, got ${taken}`)
     const result = await ops.forceExpire({ tenant: id.tenant, key: id.key, lease: first.lease }, 'test')
     expect(result.outcome).toBe('unchanged')
-    const [row] = await db.sql`select lease, status from idempotency_keys where key = ${id.key}`
+    const [row] = await db.sql`select lease, status from idempotency_key_states where key = ${id.key}`
     expect(row).toMatchObject({ lease: taken.lease, status: 'processing' })
   })
 
@@ -229,7 +229,7 @@ describe('races with the worker', () => {
       await completion`rollback`
       completion.release()
     }
-    const left = await db.sql`select key from idempotency_keys where tenant = ${tenant} and status = 'processing' order by key`
+    const left = await db.sql`select key from idempotency_key_states where tenant = ${tenant} and status = 'processing' order by key`
     expect(left.map((row) => row.key)).toEqual(['committing', 'fresh'])
     const [audit] = await db.sql`select count(*)::int as n from idempotency_audit where tenant = ${tenant} and action = 'force_expire' and outcome = 'expired'`
     expect(audit!.n).toBe(250)

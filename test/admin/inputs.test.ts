@@ -42,7 +42,7 @@ test('ids beyond bigint and a year 0 are 400 problems in the JSON API, not 500s'
     expect(answer.headers.get('content-type')).toStartWith('application/problem+json')
   }
   // Nothing happened to the key.
-  const [row] = await db.sql<{ lease: string; status: string }[]>`select lease::text, status from idempotency_keys where key = 'inputs-key'`
+  const [row] = await db.sql<{ lease: string; status: string }[]>`select lease::text, status from idempotency_key_states where key = 'inputs-key'`
   expect(row).toEqual({ lease, status: 'processing' })
 })
 
@@ -136,6 +136,6 @@ test('no value in any admin input is answered 500', async () => {
   }
   expect(failed).toEqual([])
   // None of it touched the key.
-  const [row] = await db.sql<{ lease: string; status: string }[]>`select lease::text, status from idempotency_keys where key = 'matrix-key'`
+  const [row] = await db.sql<{ lease: string; status: string }[]>`select lease::text, status from idempotency_key_states where key = 'matrix-key'`
   expect(row).toEqual({ lease, status: 'processing' })
 }, 60_000)

@@ -52,7 +52,7 @@ test('without one, the id the service answered with is the one stored', async ()
   const key = `rid-own-${crypto.randomUUID()}`
   const answer = await fetch(paymentRequest(url, payment(), { key }))
   const own = answer.headers.get('x-request-id')!
-  const [row] = await db.sql<{ id: string }[]>`select http_request_id as id from idempotency_keys where key = ${key}`
+  const [row] = await db.sql<{ id: string }[]>`select http_request_id as id from idempotency_key_states where key = ${key}`
   expect(row!.id).toBe(own)
 })
 

@@ -46,7 +46,7 @@ test('an operator removed from ADMIN_TOKENS, or given a new token, is signed out
   expect(expire.status).toBe(401)
   const [audit] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_audit where actor like '%bob%'`
   expect(audit!.n).toBe(0)
-  const [key] = await db.sql<{ status: string }[]>`select status from idempotency_keys where key = 'revoked-bob-key'`
+  const [key] = await db.sql<{ status: string }[]>`select status from idempotency_key_states where key = 'revoked-bob-key'`
   expect(key!.status).toBe('processing')
   // Nor open a page.
   const page = await getPage(url, '/admin', bob)

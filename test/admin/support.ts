@@ -91,7 +91,7 @@ export async function stuckKey(sql: postgres.Sql, tenant: string, key: string, a
 
 /** Whether the key is still claimed (in processing): an expired one is released, and its retry runs. */
 export async function keyInProcessing(sql: postgres.Sql, tenant: string, key: string): Promise<boolean> {
-  const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where tenant = ${tenant} and key = ${key} and status = 'processing'`
+  const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where tenant = ${tenant} and key = ${key} and status = 'processing'`
   return row!.n === 1
 }
 

@@ -129,7 +129,7 @@ async function expectExactlyOnce(provider: ServerProcess['provider'], keys: Map<
       problems.push(`${key}: the payment refers to ${rows[0]!.provider_ref}, the provider charged ${charges[0]!.id}`)
     for (const id of twoHundreds.get(key) ?? [])
       if (id !== undefined && id !== rows[0]?.id) problems.push(`${key}: a 2xx carried ${id}, stored ${rows[0]?.id}`)
-    const [row] = await db.sql<{ status: string }[]>`select status from idempotency_keys where tenant = 'acme' and key = ${key}`
+    const [row] = await db.sql<{ status: string }[]>`select status from idempotency_key_states where tenant = 'acme' and key = ${key}`
     if (row?.status !== 'done') problems.push(`${key}: key is ${row?.status}, not done`)
   }
   expect(problems).toEqual([])

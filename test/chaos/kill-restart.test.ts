@@ -54,10 +54,10 @@ test(`${KILLS} SIGKILLs under load: exactly one payment and one charge per key`,
     for (let kill = 0; kill < KILLS; kill++) {
       await Bun.sleep(400 + Math.random() * 300)
       // Only kill with work in flight, or the kill proves nothing (after 5 s without any, it goes on: the last clients may be done).
-      await waitUntil(async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`)[0]!.n > 0, 5_000)
+      await waitUntil(async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'processing'`)[0]!.n > 0, 5_000)
       server.proc.kill('SIGKILL')
       await server.proc.exited
-      const { n } = (await db.sql`select count(*)::int as n from idempotency_keys where status = 'processing'`)[0]!
+      const { n } = (await db.sql`select count(*)::int as n from idempotency_key_states where status = 'processing'`)[0]!
       strandedSeen += n
       await Bun.sleep(100) // clients meet a closed port for a while
       server = await startServer(db.url, ENV, { provider })
@@ -80,13 +80,13 @@ test(`${KILLS} SIGKILLs under load: exactly one payment and one charge per key`,
     for (const a of attempts)
       if (typeof a.status === 'number' && a.status >= 400) expect(a.contentType).toBe('application/problem+json')
   // Stranded keys were taken over by a retry after the TTL (attempts counts leases).
-  const { reclaimed } = (await db.sql`select count(*)::int as reclaimed from idempotency_keys where attempts > 1`)[0]!
+  const { reclaimed } = (await db.sql`select count(*)::int as reclaimed from idempotency_key_states where attempts > 1`)[0]!
   expect(reclaimed).toBeGreaterThan(0)
-  const { processing } = (await db.sql`select count(*)::int as processing from idempotency_keys where status = 'processing'`)[0]!
+  const { processing } = (await db.sql`select count(*)::int as processing from idempotency_key_states where status = 'processing'`)[0]!
   expect(processing).toBe(0)
   // The stored answer of each key names the payment that exists.
   const stored = await db.sql<{ key: string; id: string }[]>`
-    select key, (response_body::jsonb ->> 'id') as id from idempotency_keys where tenant = 'acme'`
+    select key, (response_body::jsonb ->> 'id') as id from idempotency_key_states where tenant = 'acme'`
   for (const row of stored) expect(payments.get(row.key)).toEqual([row.id])
   expect(await server.stop()).toBe(0)
 }, 90_000)

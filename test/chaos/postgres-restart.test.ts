@@ -147,7 +147,7 @@ test('a database restart under load: 503s while down, recovery without a service
   const payments = await paymentsByKey(sql)
   expect(results.size).toBe(KEYS + downKeys.length)
   expect(exactlyOnce(results, payments)).toEqual([])
-  const { processing } = (await sql`select count(*)::int as processing from idempotency_keys where status = 'processing'`)[0]!
+  const { processing } = (await sql`select count(*)::int as processing from idempotency_key_states where status = 'processing'`)[0]!
   expect(processing).toBe(0)
   expect(await server.stop()).toBe(0)
 }, 90_000)

@@ -38,7 +38,7 @@ test('every answer of the first execution lost: 502, the key released; the retry
     const first = await postPayment(server.url, payment({ customer }), { key })
     expect(first.status).toBe(502) // the client asked again with the same key, and lost every answer
     expect((await provider.charges(customer)).length).toBe(1) // made once, however often it was asked
-    const [row] = await db.sql`select status from idempotency_keys where key = ${key}`
+    const [row] = await db.sql`select status from idempotency_key_states where key = ${key}`
     expect(row!.status).toBe('released')
 
     lose = false
@@ -88,7 +88,7 @@ test('SIGKILL of the service while the provider is charging: after the TTL the r
     expect(await first).toBe('lost')
     // The provider finishes the charge its caller no longer waits for.
     await waitFor(async () => (await provider.charges(customer)).length === 1, 'the provider to record the orphaned charge')
-    const [stranded] = await db.sql`select status from idempotency_keys where key = ${key}`
+    const [stranded] = await db.sql`select status from idempotency_key_states where key = ${key}`
     expect(stranded!.status).toBe('processing')
 
     server = await startServer(db.url, env, { provider })
@@ -98,7 +98,7 @@ test('SIGKILL of the service while the provider is charging: after the TTL the r
     const charges = await provider.charges(customer)
     expect(charges).toHaveLength(1)
     expect(await paymentRef(key)).toBe(charges[0]!.id)
-    const [row] = await db.sql`select status, attempts from idempotency_keys where key = ${key}`
+    const [row] = await db.sql`select status, attempts from idempotency_key_states where key = ${key}`
     expect(row).toMatchObject({ status: 'done', attempts: 2 }) // reclaimed once
   } finally {
     if (server.proc.exitCode === null) await server.stop()

@@ -35,7 +35,7 @@ test('each 502 releases its key at once; retries succeed; one payment and one ch
       if (attempt.status === 201) break
       expect(attempt.status).toBe(502)
       // Released before the answer left: no payment, and the key free for the retry.
-      const [row] = await db.sql<{ status: string }[]>`select status from idempotency_keys where tenant = 'acme' and key = ${key}`
+      const [row] = await db.sql<{ status: string }[]>`select status from idempotency_key_states where tenant = 'acme' and key = ${key}`
       const { p } = (await db.sql<{ p: number }[]>`select count(*)::int as p from payments where idempotency_key = ${key}`)[0]!
       expect([row?.status, p]).toEqual(['released', 0])
       checkedReleases++
@@ -67,7 +67,7 @@ test('3 concurrent retrying clients per key under 30% provider failures: exactly
   expect(Object.keys(counts).filter((label) => !['201', '201 replay', '409', '502'].includes(label))).toEqual([])
   expect(exactlyOnce(results, await paymentsByKey(db.sql))).toEqual([])
   expect(await chargedOnce(db.sql, server.provider, customers)).toEqual([])
-  const { processing } = (await db.sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_keys where status = 'processing'`)[0]!
+  const { processing } = (await db.sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_key_states where status = 'processing'`)[0]!
   expect(processing).toBe(0)
 }, 60_000)
 

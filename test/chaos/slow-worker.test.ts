@@ -31,7 +31,7 @@ afterAll(async () => {
 
 async function keyRow(key: string) {
   const [row] = await db.sql<{ status: string; attempts: number; request_id: string }[]>`
-    select status, attempts, request_id from idempotency_keys where tenant = 'acme' and key = ${key}`
+    select status, attempts, request_id from idempotency_key_states where tenant = 'acme' and key = ${key}`
   return row
 }
 

@@ -86,7 +86,7 @@ test('a handler that outlives its lost connection writes nothing, anywhere', asy
   const { payments } = (await db.sql<{ payments: number }[]>`select count(*)::int as payments from payments`)[0]!
   expect(payments).toBe(0)
   // The key was not completed (the plugin then releases it; see test/http).
-  const [key] = await db.sql<{ status: string }[]>`select status from idempotency_keys where key = ${identity.key}`
+  const [key] = await db.sql<{ status: string }[]>`select status from idempotency_key_states where key = ${identity.key}`
   expect(key!.status).toBe('processing')
   // And the pool still works.
   expect((await pools.work`select 1 as one`)[0]?.one).toBe(1)

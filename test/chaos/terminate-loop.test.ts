@@ -99,6 +99,6 @@ test('a 12-second loop of pg_terminate_backend under load: ≤ 1 % 5xx, one paym
   expect(answers.filter((a) => a.status === 'network-error')).toEqual([])
   expect(exactlyOnce(results, new Map([...(await paymentsByKey(db.sql))].filter(([key]) => bodies.has(key))))).toEqual([])
   expect(await chargedOnce(db.sql, provider, new Map([...bodies].map(([key, body]) => [key, body.customer])))).toEqual([])
-  const [left] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`
+  const [left] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'processing'`
   expect(left!.n).toBe(0)
 }, 90_000)

@@ -41,7 +41,7 @@ function alive(pid: number): boolean {
 /** The pids of the processes that claimed these keys: a claim records its process (owner), whose heartbeat row has its pid. */
 async function claimedBy(keys: string[]): Promise<number[]> {
   const rows = await db.sql<{ pid: number }[]>`
-    select distinct p.pid from idempotency_keys k join idempotency_processes p on p.id = k.owner
+    select distinct p.pid from idempotency_key_states k join idempotency_processes p on p.id = k.owner
      where k.tenant = 'acme' and k.key in ${db.sql(keys)}`
   return rows.map((row) => row.pid).sort()
 }
@@ -166,7 +166,7 @@ test('SIGTERM to the supervisor drains every worker: in-flight requests answered
   expect(statuses).toEqual(keys.map(() => 201))
   expect(await server.proc.exited).toBe(0)
   for (const pid of workers) expect(alive(pid)).toBe(false)
-  const { processing } = (await db.sql`select count(*)::int as processing from idempotency_keys where status = 'processing'`)[0]!
+  const { processing } = (await db.sql`select count(*)::int as processing from idempotency_key_states where status = 'processing'`)[0]!
   expect(processing).toBe(0)
   const { paid } = (await db.sql`select count(*)::int as paid from payments where idempotency_key in ${db.sql(keys)}`)[0]!
   expect(paid).toBe(keys.length)
@@ -204,7 +204,7 @@ test('SIGINT to the whole process group (supervisor and workers at once) drains 
     expect(await Promise.all(answers)).toEqual(keys.map(() => 201))
     expect(await service.exited()).toBe(0)
     expect(groupMembers(service.proc.pid)).toEqual([])
-    const { processing } = (await db.sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_keys where status = 'processing'`)[0]!
+    const { processing } = (await db.sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_key_states where status = 'processing'`)[0]!
     expect(processing).toBe(0)
   } finally {
     provider.release()

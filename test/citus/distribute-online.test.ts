@@ -86,7 +86,7 @@ test('a migrated single-node database is distributed online by `npm run migrate 
   writing = false
   await writer
   expect({ code, output: output() }).toMatchObject({ code: 0 })
-  expect(output()).toContain('distributed: idempotency_settings, idempotency_processes, idempotency_keys, idempotency_processing, idempotency_audit, payments')
+  expect(output()).toContain('distributed: idempotency_settings, idempotency_processes, idempotency_key_form, idempotency_keys, idempotency_processing, idempotency_audit, idempotency_answers, payments')
   expect(await citusMode(sql)).toBe('distributed')
 
   const layout = await sql<{ table: string; method: string; colocated: boolean }[]>`
@@ -109,7 +109,7 @@ test('a migrated single-node database is distributed online by `npm run migrate 
 
   // Every row kept: the 400 from before, every write that committed during it, the processing entry and the audit.
   const [counts] = await sql<{ keys: number; payments: number; processing: number; audit: number }[]>`
-    select (select count(*) from idempotency_keys where status = 'done')::int as keys, (select count(*) from payments)::int as payments,
+    select (select count(*) from idempotency_key_states where status = 'done')::int as keys, (select count(*) from payments)::int as payments,
            (select count(*) from idempotency_processing)::int as processing, (select count(*) from idempotency_audit)::int as audit`
   expect(counts).toEqual({ keys: 400 + committed.length, payments: 400 + committed.length, processing: 1, audit: 1 })
   expect(committed.length).toBeGreaterThan(0)

@@ -61,8 +61,8 @@ test('every SQL block of docs/how-to/citus.md runs as written, in order, and doe
   await migrateService(db.url)
   const tables = await run(cluster.coordinator, layout.sql, hosts)
   expect(tables.map((row) => [row.table_name, row.partmethod])).toEqual([
-    ['idempotency_audit', 'h'], ['idempotency_keys', 'h'], ['idempotency_processes', 'n'],
-    ['idempotency_processing', 'h'], ['idempotency_settings', 'n'], ['payments', 'h'],
+    ['idempotency_answers', 'h'], ['idempotency_audit', 'h'], ['idempotency_key_form', 'n'], ['idempotency_keys', 'h'],
+    ['idempotency_processes', 'n'], ['idempotency_processing', 'h'], ['idempotency_settings', 'n'], ['payments', 'h'],
   ])
   expect(new Set(tables.filter((row) => row.partmethod === 'h').map((row) => row.colocationid)).size).toBe(1)
 

@@ -73,7 +73,7 @@ async function seed(prefix: string, options: { done?: number; doneAgeSeconds?: n
 }
 
 const count = async (where: postgres.PendingQuery<postgres.Row[]>) =>
-  (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys k where ${where}`)[0]!.n
+  (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states k where ${where}`)[0]!.n
 
 test('the database is distributed by tenant over both workers', async () => {
   expect(await isCitus(sql)).toBe(true)
@@ -141,7 +141,7 @@ describe('operations (the library the admin, its API and the CLI call)', () => {
 
   test('force-expire of one key: released, off the list, audited under its tenant', async () => {
     await seed('single', { stuck: 1 })
-    const [{ lease }] = await sql<{ lease: string }[]>`select lease::text from idempotency_keys where tenant = 'tenant-3' and key = 'single-stuck-1'` as unknown as [{ lease: string }]
+    const [{ lease }] = await sql<{ lease: string }[]>`select lease::text from idempotency_key_states where tenant = 'tenant-3' and key = 'single-stuck-1'` as unknown as [{ lease: string }]
     const result = await ops().forceExpire({ tenant: 'tenant-3', key: 'single-stuck-1', lease }, 'cli:operator')
     expect(result.outcome).toBe('expired')
     expect(await count(sql`k.tenant = 'tenant-3' and k.key = 'single-stuck-1' and k.status = 'released'`)).toBe(1)

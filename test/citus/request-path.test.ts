@@ -118,7 +118,7 @@ async function keyState(tenant: string, key: string) {
     select k.status,
            (select count(*)::int from idempotency_processing pr where pr.tenant = ${tenant} and pr.key = ${key}) as listed,
            (select count(*)::int from payments p where p.tenant = ${tenant} and p.idempotency_key = ${key}) as payments
-      from idempotency_keys k where k.tenant = ${tenant} and k.key = ${key}`
+      from idempotency_key_states k where k.tenant = ${tenant} and k.key = ${key}`
   return row
 }
 
@@ -204,7 +204,7 @@ describe('the traps of the first trial (issue 47)', () => {
         select count(*) filter (where k.status = 'done')::int as done,
                (select count(*)::int from idempotency_processing pr where pr.tenant = ${tenant} and pr.key like 'listed-%') as listed,
                (select count(*)::int from payments p where p.tenant = ${tenant} and p.idempotency_key like 'listed-%') as payments
-          from idempotency_keys k where k.tenant = ${tenant} and k.key like 'listed-%'`
+          from idempotency_key_states k where k.tenant = ${tenant} and k.key like 'listed-%'`
       expect(row).toEqual({ done: keys.length, listed: 0, payments: keys.length })
     }
   })

@@ -63,7 +63,7 @@ test('SIGKILL with keys in processing, then a new process: one payment and one c
   // The kill lands with a good part of the keys claimed and at the provider, on both workers.
   const wanted = Math.floor(keys.size / 4)
   const processingByTenant = async () => new Map((await sql<{ tenant: string; n: number }[]>`
-    select tenant, count(*)::int as n from idempotency_keys where status = 'processing' group by tenant`).map((r) => [r.tenant, r.n]))
+    select tenant, count(*)::int as n from idempotency_key_states where status = 'processing' group by tenant`).map((r) => [r.tenant, r.n]))
   await waitFor(async () => {
     const by = await processingByTenant()
     return [...by.values()].reduce((a, b) => a + b, 0) >= wanted && tenants.every((t) => (by.get(t) ?? 0) > 0)
@@ -71,8 +71,8 @@ test('SIGKILL with keys in processing, then a new process: one payment and one c
   server.proc.kill('SIGKILL')
   await server.proc.exited
   const stranded = await sql<{ tenant: string; n: number }[]>`
-    select tenant, count(*)::int as n from idempotency_keys where status = 'processing' group by tenant order by tenant`
-  const [deadline] = await sql<{ first: Date }[]>`select min(stale_at) as first from idempotency_keys where status = 'processing'`
+    select tenant, count(*)::int as n from idempotency_key_states where status = 'processing' group by tenant order by tenant`
+  const [deadline] = await sql<{ first: Date }[]>`select min(stale_at) as first from idempotency_key_states where status = 'processing'`
   const killedAt = performance.now()
   server = await startServer(db.url, env, { provider })
   url = server.url
@@ -88,11 +88,11 @@ test('SIGKILL with keys in processing, then a new process: one payment and one c
   expect(await exactlyOnceProblems(sql, provider.url, keys, attempts)).toEqual([])
   expect(await leftProcessing(sql)).toEqual({ keys: 0, listed: 0 })
   // The stranded keys were taken over by a retry (attempts counts the claims of a key).
-  const [taken] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where attempts > 1`
+  const [taken] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where attempts > 1`
   expect(taken!.n).toBeGreaterThanOrEqual(strandedKeys)
   // ... by their owner's death: every take-over happened before the first stranded key's deadline (its TTL), by
   // the database's clock (the SIGKILLed process's heartbeat stopped; a live one's would have kept them).
-  const [lastTakeOver] = await sql<{ at: Date }[]>`select max(locked_at) as at from idempotency_keys where attempts > 1`
+  const [lastTakeOver] = await sql<{ at: Date }[]>`select max(locked_at) as at from idempotency_key_states where attempts > 1`
   expect(lastTakeOver!.at.getTime()).toBeLessThan(deadline!.first.getTime())
   // The kill costs network errors and 409s (the keys still owned by the dead process), never a 5xx.
   expect(serverErrors(attempts)).toEqual([])

@@ -91,7 +91,7 @@ test(`one key × ${STORM} concurrent requests, on each worker's tenant: one paym
     // The key is done and off the processing list (the first trial's completion left it listed).
     const [state] = await sql<{ status: string; listed: number }[]>`
       select status, (select count(*)::int from idempotency_processing where tenant = ${tenant} and key = ${key}) as listed
-        from idempotency_keys where tenant = ${tenant} and key = ${key}`
+        from idempotency_key_states where tenant = ${tenant} and key = ${key}`
     expect(state).toEqual({ status: 'done', listed: 0 })
     // A retry after the storm is a replay of the same payment, at either process (one may say 409 for
     // http/busy-keys.ts's 250 ms after the run ended, as its Retry-After allows: then the next retry replays).

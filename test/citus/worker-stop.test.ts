@@ -156,7 +156,7 @@ test(`a worker down longer than the heartbeat's ${PROCESS_ALIVE_SECONDS} s, requ
   const answers = await first
   live = []
   for (const [i, { tenant, key }] of keys.entries()) {
-    const [row] = await sql<{ attempts: number; status: string }[]>`select attempts, status from idempotency_keys where tenant = ${tenant} and key = ${key}`
+    const [row] = await sql<{ attempts: number; status: string }[]>`select attempts, status from idempotency_key_states where tenant = ${tenant} and key = ${key}`
     const paid = await sql<{ id: string; provider_ref: string }[]>`select id::text, provider_ref from payments where tenant = ${tenant} and idempotency_key = ${key}`
     live.push({ tenant, key, first: answers[i]!.status, retry: retries[i]!.status, attempts: row!.attempts })
     expect(row!.status).toBe('done')

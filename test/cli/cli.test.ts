@@ -50,7 +50,7 @@ const doneKey = (key: string, completedAgo: string) => db.sql`
   insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at, completed_at, response_status, response_headers, response_body)
   values ('acme', ${key}, 'POST', '/api/payments', ${'e'.repeat(64)}, 'done', now() - interval '3 hours', now() - interval '3 hours',
           now() - ${completedAgo}::interval, 201, '{}'::jsonb, '{}')`
-const exists = async (key: string) => (await db.sql`select 1 from idempotency_keys where key = ${key}`).length === 1
+const exists = async (key: string) => (await db.sql`select 1 from idempotency_key_states where key = ${key}`).length === 1
 
 describe('usage', () => {
   test('DATABASE_URL unset with no embedded PostgreSQL running, or malformed: a clear usage error (exit 2), checked by the server\'s own parser', async () => {
@@ -284,7 +284,7 @@ describe('operations', () => {
       const backwards = await idem(['list', '--ttl-seconds', '60', '--retention-seconds', '30'], { DATABASE_URL: empty.url })
       expect(backwards.code).toBe(2)
       expect(backwards.stderr).toContain('must be at least --ttl-seconds')
-      expect((await empty.sql`select 1 from idempotency_keys where key = 'cli-unknown-retention'`).length).toBe(1)
+      expect((await empty.sql`select 1 from idempotency_key_states where key = 'cli-unknown-retention'`).length).toBe(1)
     } finally {
       await empty.drop()
     }
@@ -343,11 +343,11 @@ describe('on an app\'s database (the plugin\'s tables only, no settings recorded
     expect(JSON.parse(show.stdout).payment).toBeNull()
     const expire = await idem([...flags, 'expire', 'shop', 'order-stuck', '--yes', '--actor', 'ops'], env)
     expect(expire.code).toBe(0)
-    expect((await app.sql`select status from idempotency_keys where key = 'order-stuck'`)[0]!.status).toBe('released')
+    expect((await app.sql`select status from idempotency_key_states where key = 'order-stuck'`)[0]!.status).toBe('released')
     const purge = await idem(['purge', '--yes', '--actor', 'ops', ...flags], env)
     expect(purge.code).toBe(0)
     expect(purge.stdout).toContain('purged 1 expired key(s)')
-    expect((await app.sql`select key from idempotency_keys order by key`).map((row) => row.key)).toEqual(['order-new', 'order-stuck'])
+    expect((await app.sql`select key from idempotency_key_states order by key`).map((row) => row.key)).toEqual(['order-new', 'order-stuck'])
     const audit = await idem(['audit', ...flags], env)
     expect(audit.stdout).toMatch(/cli:\S+ \(ops\)\s+purge_expired/)
     expect(audit.stdout).toMatch(/cli:\S+ \(ops\)\s+force_expire\s+shop\s+order-stuck\s+expired/)
@@ -357,7 +357,7 @@ describe('on an app\'s database (the plugin\'s tables only, no settings recorded
 describe('dry runs and confirmations', () => {
   /** Every key and audit row as it is: a dry run must leave all of it exactly so. */
   const snapshot = async () => ({
-    keys: [...await db.sql`select tenant, key, status, lease::text, attempts, released_at, completed_at from idempotency_keys order by tenant, key`],
+    keys: [...await db.sql`select tenant, key, status, lease::text, attempts, released_at, completed_at from idempotency_key_states order by tenant, key`],
     audit: (await db.sql`select count(*)::int as n from idempotency_audit`)[0]!.n as number,
   })
 

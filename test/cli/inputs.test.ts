@@ -36,7 +36,7 @@ test('an audit id, a --before or a --lease beyond bigint is a usage error (exit 
     expect(run.stderr).toMatch(message)
     expect(run.stderr).not.toContain('failed')
   }
-  const [row] = await db.sql<{ lease: string; status: string }[]>`select lease::text, status from idempotency_keys where key = 'cli-inputs-key'`
+  const [row] = await db.sql<{ lease: string; status: string }[]>`select lease::text, status from idempotency_key_states where key = 'cli-inputs-key'`
   expect(row).toEqual({ lease, status: 'processing' })
   // The largest bigint is an id: looked up, not refused.
   expect((await idem(['audit', '9223372036854775807'])).stderr).toContain('no audit entry 9223372036854775807')

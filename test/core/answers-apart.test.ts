@@ -99,6 +99,32 @@ describe('a key of the new form', () => {
   })
 })
 
+describe('an answer of the new form', () => {
+  test('is stored without content-type when it is application/json, and replayed with exactly the headers it had', async () => {
+    const cases: Record<string, string>[] = [
+      { location: '/api/payments/1', 'content-type': 'application/json' },
+      { 'content-type': 'text/plain; charset=utf-8' },
+      { location: '/x' },
+      {},
+    ]
+    for (const [n, headers] of cases.entries()) {
+      for (const form of ['rows', 'transaction'] as const) {
+        const id = identity()
+        const lease = leaseOf(await claim(db.pools.short, id, timing()))
+        const response = { status: 200 + n, headers, body: `{"n":${n}}` }
+        if (form === 'rows') await completeRows(db.pools.short, lease, response, {})
+        else await complete(db.pools.work, lease, async () => response)
+        const replay = await claim(db.pools.short, id, timing())
+        expect({ form, replayed: replay.kind === 'replay' && replay.response }).toEqual({ form, replayed: response })
+        const [row] = await db.sql<{ headers: string }[]>`
+          select a.response_headers as headers from idempotency_answers a join idempotency_keys k on k.tenant = a.tenant and k.request_id = a.request_id
+           where k.tenant = ${id.tenant} and k.key = ${id.key}`
+        if (headers['content-type'] === 'application/json') expect(row!.headers).not.toContain('content-type')
+      }
+    }
+  })
+})
+
 describe('switching the form while keys are in flight', () => {
   test('a key claimed in the old form completes in it; keys claimed after the switch take the new form; every one replays', async () => {
     const switching = await createTestDatabase('answers-apart-switch')
@@ -131,6 +157,11 @@ describe('switching the form while keys are in flight', () => {
       const states = await switching.sql<{ status: string }[]>`
         select k.status from ${switching.sql.unsafe(KEY_STATES)} k where k.key in ${switching.sql([oldId.key, newId.key])}`
       expect(states.map((row) => row.status)).toEqual(['done', 'done'])
+      // The operators' view (sql/engine/00020) reads both forms as the engine's statements do.
+      const viewed = await switching.sql`select * from idempotency_key_states order by tenant, key`
+      const engine = await switching.sql`select * from ${switching.sql.unsafe(KEY_STATES)} k order by k.tenant, k.key`
+      expect(viewed).toEqual(engine)
+      expect(viewed).toHaveLength(2)
     } finally {
       await switching.drop()
     }

@@ -64,7 +64,7 @@ test('a worker killed mid-request strands its key, and the stale-keys alert fire
   const key = `stranded-${crypto.randomUUID()}`
   void postPayment(victim.url, payment(), { key }).catch(() => undefined)
   await until('the key to be claimed', 10_000, async () =>
-    (await db.sql`select 1 from idempotency_keys where key = ${key} and status = 'processing'`).length ? true : undefined)
+    (await db.sql`select 1 from idempotency_key_states where key = ${key} and status = 'processing'`).length ? true : undefined)
   victim.proc.kill('SIGKILL')
   await victim.proc.exited
 

@@ -50,7 +50,7 @@ const bytesOf = (text: string) => Uint8Array.from([...text].map((c) => c.charCod
 
 async function stored(): Promise<{ keys: number; payments: number }> {
   const [row] = await db.sql<{ keys: number; payments: number }[]>`
-    select (select count(*) from idempotency_keys)::int as keys, (select count(*) from payments)::int as payments`
+    select (select count(*) from idempotency_key_states)::int as keys, (select count(*) from payments)::int as payments`
   return row!
 }
 
@@ -330,7 +330,7 @@ test('fuzzed Idempotency-Key bytes: only a key of 1..255 printable ASCII, bare o
       const canonical = JSON.stringify(body, Object.keys(body).sort())
       if (earlier === undefined) used.set(value, canonical)
       expect(answer.status).toBe(earlier === undefined || earlier === canonical ? 201 : 422)
-      const [row] = await db.sql<{ key: string }[]>`select key from idempotency_keys where tenant = 'acme' and key = ${value}`
+      const [row] = await db.sql<{ key: string }[]>`select key from idempotency_key_states where tenant = 'acme' and key = ${value}`
       expect(row?.key).toBe(value)
     } else {
       expect(answer.status).toBe(400)

@@ -42,7 +42,7 @@ afterAll(async () => {
 })
 
 const forwardsOf = (key: string) => proxy.requests.filter((request) => request.headers['x-test-key'] === key)
-const statusOf = async (key: string) => (await gateway.db.sql<{ status: string }[]>`select status from idempotency_keys where key = ${key}`)[0]?.status
+const statusOf = async (key: string) => (await gateway.db.sql<{ status: string }[]>`select status from idempotency_key_states where key = ${key}`)[0]?.status
 
 /** Sends one request whose answer the proxy cuts after the upstream began answering. */
 async function cutOnce(path: string, key: string): Promise<{ status: number; headers: Headers; text: string }> {
@@ -77,7 +77,7 @@ test('hold (default): the answer is lost after json-server made the record; the 
   const { keys } = await listKeys(operations, { key: 'hold-1', staleOnly: false })
   expect(keys).toHaveLength(1)
   expect(keys[0]).toMatchObject({ key: 'hold-1', method: 'POST', path: '/held' })
-  const [row] = await gateway.db.sql<{ summary: Record<string, string>; lease: string; tenant: string }[]>`select summary, lease::text, tenant from idempotency_keys where key = 'hold-1'`
+  const [row] = await gateway.db.sql<{ summary: Record<string, string>; lease: string; tenant: string }[]>`select summary, lease::text, tenant from idempotency_key_states where key = 'hold-1'`
   expect(row!.summary).toMatchObject({ gateway_route: 'default', held: 'the upstream\'s answer was lost' })
   // Before its TTL no retry takes a held key (the 409 above); an operator may: it waits for a decision, and no worker runs it.
   const target = { tenant: row!.tenant, key: 'hold-1', lease: row!.lease }

@@ -36,7 +36,7 @@ afterAll(async () => {
 })
 
 const forwardsOf = (key: string) => proxy.requests.filter((request) => request.headers['x-test-key'] === key)
-const keyRow = async (key: string) => (await gateway.db.sql<{ status: string; tenant: string }[]>`select status, tenant from idempotency_keys where key = ${key}`)[0]
+const keyRow = async (key: string) => (await gateway.db.sql<{ status: string; tenant: string }[]>`select status, tenant from idempotency_key_states where key = ${key}`)[0]
 
 test('the same key with another body is a 422, and nothing is forwarded', async () => {
   const first = await read(await post(gateway.url, '/items', { sku: 'a' }, { ...AUTH, 'idempotency-key': 'body-1' }))
@@ -119,10 +119,10 @@ test('keys are scoped by credential: one key from two credentials makes two reco
   expect(againA.text).toBe(a.text)
   const seen = forwardsOf('scope-1').map((request) => request.headers.authorization)
   expect(seen).toEqual([AUTH.authorization, other.authorization])
-  const rows = await gateway.db.sql<{ tenant: string; text: string }[]>`select tenant, row_to_json(k)::text as text from idempotency_keys k where key = 'scope-1'`
+  const rows = await gateway.db.sql<{ tenant: string; text: string }[]>`select tenant, row_to_json(k)::text as text from idempotency_key_states k where key = 'scope-1'`
   expect(rows.length).toBe(2)
   expect(new Set(rows.map((row) => row.tenant)).size).toBe(2)
-  const everything = (await gateway.db.sql<{ text: string }[]>`select string_agg(row_to_json(k)::text, ' ') as text from idempotency_keys k`)[0]!.text
+  const everything = (await gateway.db.sql<{ text: string }[]>`select string_agg(row_to_json(k)::text, ' ') as text from idempotency_key_states k`)[0]!.text
   for (const secret of ['client-a-secret-credential', 'client-b-other-credential']) expect(everything).not.toContain(secret)
 })
 
@@ -155,7 +155,7 @@ test('requests without a key, and other methods, are forwarded untouched (json-s
   const list = await fetch(`${gateway.url}/items?sku=keyless`)
   expect(list.status).toBe(200)
   expect(((await list.json()) as unknown[]).length).toBe(before + 2)
-  const [row] = await gateway.db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where path like '/items?sku=%'`
+  const [row] = await gateway.db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where path like '/items?sku=%'`
   expect(row!.n).toBe(0)
 })
 

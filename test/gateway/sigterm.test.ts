@@ -61,9 +61,9 @@ test('SIGTERM mid-burst: in-flight forwards finish and are stored, later claims 
   const statuses = answers.map((answer) => answer.status)
   expect(statuses.filter((status) => status === 201).length).toBe(keys.length)
   expect(statuses.every((status) => status === 201 || status === 409)).toBe(true)
-  const [processing] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`
+  const [processing] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'processing'`
   expect(processing!.n).toBe(0)
-  const [done] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'done'`
+  const [done] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'done'`
   expect(done!.n).toBe(keys.length)
   const records = (await upstream.records()).filter((record) => record.sku === 'term')
   expect(records.length).toBe(keys.length)

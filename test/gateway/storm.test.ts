@@ -26,7 +26,7 @@ afterAll(async () => {
 })
 
 async function keyStatus(key: string): Promise<string | undefined> {
-  const [row] = await gateway.db.sql<{ status: string }[]>`select status from idempotency_keys where key = ${key}`
+  const [row] = await gateway.db.sql<{ status: string }[]>`select status from idempotency_key_states where key = ${key}`
   return row?.status
 }
 
@@ -82,7 +82,7 @@ test('through the gateway: 40 keys sent 5 times each at once make 40 records, on
   await Promise.all(keys.flatMap((key) => Array.from({ length: 5 }, () =>
     post(gateway.url, '/items', { sku: 'many', key }, { ...AUTH, 'idempotency-key': key }).then(read))))
   await waitFor(async () => {
-    const [row] = await gateway.db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where key like 'many-%' and status = 'done'`
+    const [row] = await gateway.db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where key like 'many-%' and status = 'done'`
     return row!.n === keys.length
   }, '40 keys done')
   const records = (await upstream.records()).filter((record) => record.sku === 'many')

@@ -33,7 +33,7 @@ function postPayment(body: unknown, options: PostOptions = {}): Promise<Response
 }
 
 async function keyStatus(key: string): Promise<string | undefined> {
-  const [row] = await db.sql<{ status: string }[]>`select status from idempotency_keys where tenant = 'acme' and key = ${key}`
+  const [row] = await db.sql<{ status: string }[]>`select status from idempotency_key_states where tenant = 'acme' and key = ${key}`
   return row?.status
 }
 

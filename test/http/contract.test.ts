@@ -54,7 +54,7 @@ async function processing(key: string, body: unknown, apiKey = 'acme-key', tenan
 /** Keys that hold a claim or an answer (a released key holds neither), and payments. */
 async function counts(key?: string) {
   const [row] = await db.sql<{ keys: number; payments: number }[]>`
-    select (select count(*)::int from idempotency_keys where status <> 'released' and (${key ?? null}::text is null or key = ${key ?? null})) as keys,
+    select (select count(*)::int from idempotency_key_states where status <> 'released' and (${key ?? null}::text is null or key = ${key ?? null})) as keys,
            (select count(*)::int from payments where ${key ?? null}::text is null or idempotency_key = ${key ?? null}) as payments`
   return row!
 }
@@ -208,7 +208,7 @@ describe('POST /api/payments', () => {
       const id = crypto.randomUUID()
       const key = `sf"q\\${id}`
       expect((await send(url, `"sf\\"q\\\\${id}"`)).status).toBe(201)
-      const [row] = await db.sql<{ key: string }[]>`select key from idempotency_keys where key like ${`%${id}`}`
+      const [row] = await db.sql<{ key: string }[]>`select key from idempotency_key_states where key like ${`%${id}`}`
       expect(row!.key).toBe(key)
       expect((await send(url, key)).headers.get('idempotent-replayed')).toBe('true')
       expect(await counts(key)).toEqual({ keys: 1, payments: 1 })

@@ -52,7 +52,7 @@ test('a request that runs into its deadline has answered and released its key be
 
   const [row] = await db.sql<{ status: string; claimed_to_released_ms: number; ttl_ms: number }[]>`
     select status, (extract(epoch from (released_at - locked_at)) * 1000)::float8 as claimed_to_released_ms, ${TTL_SECONDS * 1000}::float8 as ttl_ms
-      from idempotency_keys where tenant = 'acme' and key = ${key}`
+      from idempotency_key_states where tenant = 'acme' and key = ${key}`
   expect(row!.status).toBe('released')
   // The invariant: given back before it turned stale (locked_at + TTL).
   expect(row!.claimed_to_released_ms).toBeLessThan(row!.ttl_ms)

@@ -79,7 +79,7 @@ function appOf(route: Omit<IdempotentRoute<Order, unknown>, 'validate'>, options
 }
 
 const keyRow = async (key: string) =>
-  (await db.sql<{ status: string; release_reason: string | null }[]>`select status, release_reason from idempotency_keys where tenant = 't1' and key = ${key}`)[0]
+  (await db.sql<{ status: string; release_reason: string | null }[]>`select status, release_reason from idempotency_key_states where tenant = 't1' and key = ${key}`)[0]
 
 describe('the route\'s act fails on its own backend: 500 internal, logged as the route\'s, the key released and run again', () => {
   /** What each act does on its first run (a retry of the same key then succeeds), and what it fails with. */
@@ -280,7 +280,7 @@ describe('the engine\'s database away at the claim, and the payments service\'s 
       expect(about(`pay-${key}`)).toEqual([expect.objectContaining({
         level: 'warn', msg: 'provider_failed: the payment provider answer was lost 5 times', key_state: 'released', error: { name: 'ProviderError', code: 'PROVIDER_FAILED', message: 'the payment provider answer was lost 5 times' },
       })])
-      expect((await db.sql`select status from idempotency_keys where tenant = 'acme' and key = ${key}`)[0]).toEqual({ status: 'released' })
+      expect((await db.sql`select status from idempotency_key_states where tenant = 'acme' and key = ${key}`)[0]).toEqual({ status: 'released' })
     } finally {
       await service.stop()
     }

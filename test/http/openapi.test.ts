@@ -193,7 +193,7 @@ describe('real answers match the document', () => {
   test('409 with Retry-After while the first is in flight, 422 for another request under the key', async () => {
     const key = `held-${crypto.randomUUID()}`
     const first = app.handle(post(order('hold'), { 'idempotency-key': key }))
-    await waitFor(async () => (await db.sql`select 1 from idempotency_keys where key = ${key} and status = 'processing'`).length === 1, 'the first request to claim its key')
+    await waitFor(async () => (await db.sql`select 1 from idempotency_key_states where key = ${key} and status = 'processing'`).length === 1, 'the first request to claim its key')
     const busy = await app.handle(post(order('hold'), { 'idempotency-key': key }))
     expect(busy.status).toBe(409)
     expect((await expectDocumented(path, 'post', busy)).code).toBe('in-progress')

@@ -105,7 +105,7 @@ test('the route\'s own validation refuses with 400 and stores nothing', async ()
     body: JSON.stringify({ from: 'alice' }),
   })
   expect(response.status).toBe(400)
-  const [row] = await db.sql`select count(*)::int as n from idempotency_keys where key = ${key}`
+  const [row] = await db.sql`select count(*)::int as n from idempotency_key_states where key = ${key}`
   expect(row!.n).toBe(0)
 })
 

@@ -157,7 +157,7 @@ test('a commit answered late does not keep the answer past the key\'s retention 
     await held
     await waitFor(async () => {
       const [row] = await db.sql<{ past: boolean }[]>`
-        select clock_timestamp() > completed_at + interval '2.05 seconds' as past from idempotency_keys where key = ${key}`
+        select clock_timestamp() > completed_at + interval '2.05 seconds' as past from idempotency_key_states where key = ${key}`
       return row?.past === true
     }, 'the key past its retention', 5_000)
     const rebound = await b.handle(paymentRequest(b.url, payment({ amount: 777 }), { key }))

@@ -34,7 +34,7 @@ async function seedDone(prefix: string, count: number, ageSeconds: number): Prom
   await createKeys(db.sql, count, { prefix, status: 'done', lockedAt: secondsBefore(now, ageSeconds + 1), completedAt: secondsBefore(now, ageSeconds) })
 }
 
-const count = async (where: string) => (await db.sql.unsafe(`select count(*)::int as n from idempotency_keys where ${where}`))[0]!.n as number
+const count = async (where: string) => (await db.sql.unsafe(`select count(*)::int as n from idempotency_key_states where ${where}`))[0]!.n as number
 
 test('two purgers under concurrent claims and completions delete only completed keys past retention', async () => {
   await seedDone('expired-', EXPIRED, RETENTION + 600)
@@ -70,7 +70,7 @@ test('two purgers under concurrent claims and completions delete only completed 
   for (const key of completed) expect(await count(`key = '${key}' and status = 'done'`)).toBe(1)
   // An expired key no retry touched is gone; one a retry touched may live again (renewed, or re-created after the purge).
   const touched = [...completed].filter((key) => key.startsWith('expired-'))
-  const present = (await db.sql<{ key: string }[]>`select key from idempotency_keys where key like 'expired-%'`).map((row) => row.key)
+  const present = (await db.sql<{ key: string }[]>`select key from idempotency_key_states where key like 'expired-%'`).map((row) => row.key)
   for (const key of present) expect(touched).toContain(key)
   expect(await count(`status = 'done' and completed_at <= now() - interval '${RETENTION} seconds'`)).toBe(0)
   expect(purged).toBeLessThanOrEqual(EXPIRED)
@@ -112,12 +112,12 @@ test('a run goes on from where its last batch ended; a key skipped while locked 
   }
   expect(first.deleted).toBe(2)
   // It ended at step-2 (step-1 and step-2 deleted, step-0 held): before step-3, after step-1.
-  const createdAt = async (key: string) => (await db.sql<{ t: Date }[]>`select created_at as t from idempotency_keys where key = ${key}`)[0]!.t.getTime()
+  const createdAt = async (key: string) => (await db.sql<{ t: Date }[]>`select created_at as t from idempotency_key_states where key = ${key}`)[0]!.t.getTime()
   expect(first.through!.getTime()).toBeLessThan(await createdAt('step-3-1'))
   expect(first.through!.getTime()).toBeGreaterThan(await createdAt('step-0-1') + 1000)
   // The same run's next batch: the keys after the first batch's, not the one it skipped.
   expect((await purgeExpiredBatch(db.pools.short, { retentionSeconds: RETENTION, from: first.through! })).deleted).toBe(3)
-  expect((await db.sql<{ key: string }[]>`select key from idempotency_keys`).map((row) => row.key)).toEqual(['step-0-1'])
+  expect((await db.sql<{ key: string }[]>`select key from idempotency_key_states`).map((row) => row.key)).toEqual(['step-0-1'])
   // The next run starts at the oldest.
   expect(await purgeExpired(db.pools.short, { retentionSeconds: RETENTION })).toBe(1)
 })

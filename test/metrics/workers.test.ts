@@ -50,7 +50,7 @@ test('every scrape shows the sum over all workers, whichever worker answers it',
   await waitForClaims(db.sql, keys)
   // Both workers served payments: a claim records its process (owner), whose heartbeat row has its pid.
   const claimedBy = await db.sql<{ pid: number }[]>`
-    select distinct p.pid from idempotency_keys k join idempotency_processes p on p.id = k.owner
+    select distinct p.pid from idempotency_key_states k join idempotency_processes p on p.id = k.owner
      where k.tenant = 'acme' and k.key in ${db.sql(keys)}`
   const workers = claimedBy.length
   expect(workers).toBe(2)

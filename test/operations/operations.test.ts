@@ -87,7 +87,7 @@ describe('show', () => {
     await processing('show', 'dead-owner', 900)
     await db.sql`update idempotency_keys set owner = ${owner}, attempts = 2 where tenant = 'show' and key = 'dead-owner'`
     const detail = (await ops.show('show', 'dead-owner'))!
-    const [row] = await db.sql<{ request_id: string; lease: string }[]>`select request_id::text, lease::text from idempotency_keys where tenant = 'show' and key = 'dead-owner'`
+    const [row] = await db.sql<{ request_id: string; lease: string }[]>`select request_id::text, lease::text from idempotency_key_states where tenant = 'show' and key = 'dead-owner'`
     expect(detail).toMatchObject({ status: 'processing', method: 'POST', path: '/api/payments', attempts: 2, lease: row!.lease, stale: true, expirePreview: 'expire', requestId: row!.request_id })
     expect(detail.deadline).toEqual(secondsAfter(ago(900), TTL))
     expect(detail.owner).toMatchObject({ pid: 4242, hostname: 'web-7', alive: false, heartbeatAgeSeconds: 600 })
@@ -172,7 +172,7 @@ describe('actions record their audit entry, and act on the server\'s rules only'
     const result = await ops.purge('test:ops')
     expect(result.purged).toBe(2)
     expect(await auditCount()).toBe(before + 1)
-    const left = await db.sql`select key from idempotency_keys where tenant = 'purge' order by key`
+    const left = await db.sql`select key from idempotency_key_states where tenant = 'purge' order by key`
     expect(left.map((row) => row.key)).toEqual(['done-live', 'released-now'])
   })
 })

@@ -29,9 +29,9 @@ async function judge(name: Judged, tenant: string, key: string, at: Date, second
   const [byFragment] = await sql<{ hit: boolean; age: number }[]>`
     select ${fragment} as hit,
            extract(epoch from (${at}::timestamptz - coalesce(k.completed_at, k.released_at, k.locked_at)))::float8 as age
-      from idempotency_keys k where k.tenant = ${tenant} and k.key = ${key}`
+      from idempotency_key_states k where k.tenant = ${tenant} and k.key = ${key}`
   const [byText] = await sql.unsafe<{ hit: boolean }[]>(
-    `select ${cutoffText(name, '$1::timestamptz', '$2::float8')} as hit, $2::float8 as seconds from idempotency_keys k where k.tenant = $3 and k.key = $4`, [at, seconds, tenant, key])
+    `select ${cutoffText(name, '$1::timestamptz', '$2::float8')} as hit, $2::float8 as seconds from idempotency_key_states k where k.tenant = $3 and k.key = $4`, [at, seconds, tenant, key])
   expect(byText!.hit).toBe(byFragment!.hit)
   return byFragment!
 }
@@ -41,7 +41,7 @@ describe('cut-offs at their boundaries', () => {
     const id = identity({ tenant: 'pol-stale' })
     await createKey(db.sql, id, { status: 'processing', lockedAt: T0 })
     // A hand-written row gets the default TTL (sql/engine/00005's trigger); the engine writes its route's.
-    const [row] = await db.sql<{ stale_at: Date }[]>`select stale_at from idempotency_keys where tenant = ${id.tenant} and key = ${id.key}`
+    const [row] = await db.sql<{ stale_at: Date }[]>`select stale_at from idempotency_key_states where tenant = ${id.tenant} and key = ${id.key}`
     expect(row!.stale_at).toEqual(secondsAfter(T0, TTL))
     for (const [offset, want] of [[TTL - 0.001, false], [TTL, true], [TTL + 60, true]] as const) {
       const { hit } = await judge('stale', id.tenant, id.key, secondsAfter(T0, offset), TTL)
@@ -86,7 +86,7 @@ describe('force-expirable', () => {
       await db.sql`update idempotency_keys set owner = ${owner} where tenant = ${id.tenant} and key = ${id.key}`
     }
     const sql = db.pools.short
-    const [row] = await sql<{ hit: boolean }[]>`select ${forceExpirable(sql, at)} as hit from idempotency_keys k where k.tenant = ${id.tenant} and k.key = ${id.key}`
+    const [row] = await sql<{ hit: boolean }[]>`select ${forceExpirable(sql, at)} as hit from idempotency_key_states k where k.tenant = ${id.tenant} and k.key = ${id.key}`
     return row!.hit
   }
 
@@ -105,10 +105,10 @@ describe('force-expirable', () => {
     const at = secondsAfter(T0, 5)
     const held = identity({ tenant: 'pol-held' })
     await createKey(db.sql, held, { status: 'processing', lockedAt: T0 })
-    const [{ lease }] = await db.sql<{ lease: string }[]>`select lease::text from idempotency_keys where tenant = ${held.tenant} and key = ${held.key}` as unknown as [{ lease: string }]
+    const [{ lease }] = await db.sql<{ lease: string }[]>`select lease::text from idempotency_key_states where tenant = ${held.tenant} and key = ${held.key}` as unknown as [{ lease: string }]
     const sql = db.pools.short
     const judged = async (key: string) =>
-      (await sql<{ hit: boolean }[]>`select ${forceExpirable(sql, at)} as hit from idempotency_keys k where k.tenant = 'pol-held' and k.key = ${key}`)[0]!.hit
+      (await sql<{ hit: boolean }[]>`select ${forceExpirable(sql, at)} as hit from idempotency_key_states k where k.tenant = 'pol-held' and k.key = ${key}`)[0]!.hit
     expect(await judged(held.key)).toBe(false) // no owner, not held: taken for alive
     expect(await hold(sql, { tenant: held.tenant, key: held.key, lease }, 'the upstream\'s answer was lost')).toBe(true)
     expect(await judged(held.key)).toBe(true)

@@ -91,7 +91,7 @@ describe.skipIf(skip !== undefined)('capacity properties (one instance, a privat
     const held = Array.from({ length: 64 }, (_, i) => ({ key: `cap-held-${run}-${i}`, body: body(i) }))
     for (const h of held) void post(holder.url, h.key, h.body, 200_000)
     await waitFor('64 keys in processing', async () => {
-      const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing' and key like ${`cap-held-${run}-%`}`
+      const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'processing' and key like ${`cap-held-${run}-%`}`
       return row!.n === 64
     })
     const conflict = await measure((i) => held[i % held.length]!)

@@ -87,8 +87,8 @@ describe.skipIf(skip !== undefined)('three instances behind HAProxy, one Postgre
     })))
     const chaos = (async () => {
       // Kill once the storm is in flight: keys in processing on every instance.
-      await waitUntil(async () => (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing' and key like ${`ha-many-${run}-%`}`)[0]!.n >= 50, 10_000, 20)
-      const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing' and key like ${`ha-many-${run}-%`}`
+      await waitUntil(async () => (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'processing' and key like ${`ha-many-${run}-%`}`)[0]!.n >= 50, 10_000, 20)
+      const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'processing' and key like ${`ha-many-${run}-%`}`
       await victim.kill()
       killedAt = performance.now()
       return row!.n
@@ -115,7 +115,7 @@ describe.skipIf(skip !== undefined)('three instances behind HAProxy, one Postgre
     // Nothing but 2xx, 409, and what a dead instance causes (HAProxy's 502/503, a dropped connection).
     const odd = all.filter((a: Answer) => !(typeof a.status === 'string' || (a.status >= 200 && a.status < 300) || [409, 502, 503, 504].includes(a.status)))
     expect(odd.map((a) => a.status)).toEqual([])
-    const [{ processing }] = await sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_keys where status = 'processing'` as unknown as [{ processing: number }]
+    const [{ processing }] = await sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_key_states where status = 'processing'` as unknown as [{ processing: number }]
     expect(processing).toBe(0)
   }, 240_000)
 })

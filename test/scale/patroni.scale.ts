@@ -366,7 +366,7 @@ describe.skipIf(skip !== undefined)('a 3-node Patroni cluster (synchronous mode)
     try {
       const check = await checkLedgers(sql, provider, new Map(retried))
       expect(check).toMatchObject({ payments: sent.length, charges: sent.length, lost: 0, missing: 0, duplicatedPayments: 0, duplicatedCharges: 0 })
-      const [{ processing }] = await sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_keys where tenant = ${TENANT} and status = 'processing'` as unknown as [{ processing: number }]
+      const [{ processing }] = await sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_key_states where tenant = ${TENANT} and status = 'processing'` as unknown as [{ processing: number }]
       expect(processing).toBe(0)
     } finally {
       await sql.end({ timeout: 1 })

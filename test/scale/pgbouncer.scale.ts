@@ -219,9 +219,9 @@ describe.skipIf(skip !== undefined)('through PgBouncer in transaction mode', () 
     const chaos = (async () => {
       for (let kill = 0; kill < 4; kill++) {
         await Bun.sleep(400 + Math.random() * 300)
-        await waitUntil(async () => (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`)[0]!.n > 0, 5_000)
+        await waitUntil(async () => (await sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'processing'`)[0]!.n > 0, 5_000)
         await current.kill()
-        const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`
+        const [row] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'processing'`
         stranded += row!.n
         await Bun.sleep(100)
         current = await start()
@@ -234,7 +234,7 @@ describe.skipIf(skip !== undefined)('through PgBouncer in transaction mode', () 
       expect([key, ids.size]).toEqual([key, 1])
     }
     const ledger = await checkLedgers(sql, fastProvider, expected)
-    const [{ processing }] = await sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_keys where tenant = ${TENANT} and status = 'processing'` as unknown as [{ processing: number }]
+    const [{ processing }] = await sql<{ processing: number }[]>`select count(*)::int as processing from idempotency_key_states where tenant = ${TENANT} and status = 'processing'` as unknown as [{ processing: number }]
     const pools = await bouncer.show('POOLS')
     report('pgbouncer kill/restart', {
       kills: 4, stranded, answers: JSON.stringify(tally([...results.values()].flat())), payments: ledger.payments, charges: ledger.charges,

@@ -59,7 +59,7 @@ describe('signing out', () => {
       const response = await postForm(server.url, path, { csrf: alice.csrf, as_of: new Date().toISOString(), tenant: 'acme', key: 'x', lease: '1' }, { cookie: alice.cookie })
       expect({ path, status: response.status }).toEqual({ path, status: 401 })
     }
-    const [left] = await db.sql`select count(*)::int as n from idempotency_keys where key = 'signed-out-purge-target'`
+    const [left] = await db.sql`select count(*)::int as n from idempotency_key_states where key = 'signed-out-purge-target'`
     expect(left!.n).toBe(1)
     const [audit] = await db.sql`select count(*)::int as n from idempotency_audit`
     expect(audit!.n).toBe(0)

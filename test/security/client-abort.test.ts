@@ -62,7 +62,7 @@ test('50 abandoned slow bodies: no error line, at most two info lines, nothing c
   expect(aborts.length).toBeLessThanOrEqual(2)
   for (const line of aborts) expect(JSON.parse(line)).toMatchObject({ level: 'info' })
 
-  const [claimed] = await db.sql`select count(*)::int as n from idempotency_keys where key like 'abandoned-%'`
+  const [claimed] = await db.sql`select count(*)::int as n from idempotency_key_states where key like 'abandoned-%'`
   expect(claimed!.n).toBe(0)
   expect((await postPayment(server.url, payment())).status).toBe(201)
 }, 30_000)

@@ -37,7 +37,7 @@ function service(limits: TenantLimits) {
   return { url: `http://127.0.0.1:${server.port}`, stop: () => server.stop(true) }
 }
 
-const storedKeys = async (key: string) => (await db.sql`select count(*)::int as n from idempotency_keys where key = ${key}`)[0]!.n as number
+const storedKeys = async (key: string) => (await db.sql`select count(*)::int as n from idempotency_key_states where key = ${key}`)[0]!.n as number
 
 describe('the rate', () => {
   test('a burst of 5 at 2 per second: 5 answered, the 6th 429 with Retry-After and RateLimit fields; refilled with time; other tenants untouched', async () => {

@@ -63,7 +63,7 @@ test('SIGTERM mid-flight: readiness says draining at once, and the last scrape c
     await waitFor(() => scrapes >= 2, 'two scrapes (a regular scraper)')
     const keys = Array.from({ length: 6 }, () => crypto.randomUUID())
     const answers = keys.map(async (key) => (await postPayment(url, payment(), { key })).status)
-    await waitFor(async () => (await db.sql`select 1 from idempotency_keys where key in ${db.sql(keys)} and status = 'processing'`).length === keys.length, 'all six in processing')
+    await waitFor(async () => (await db.sql`select 1 from idempotency_key_states where key in ${db.sql(keys)} and status = 'processing'`).length === keys.length, 'all six in processing')
 
     process.kill(service.proc.pid, 'SIGTERM')
     await waitFor(() => service!.output().includes('draining 6 in-flight'), 'the drain to begin', 2_000)
@@ -79,7 +79,7 @@ test('SIGTERM mid-flight: readiness says draining at once, and the last scrape c
     expect(answered(last, '/api/payments', '201')).toBe(keys.length)
     expect(answered(last, '/api/payments', '503')).toBe(1)
     expect(answered(last, '/readyz', '503')).toBe(1)
-    const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where key = ${late}`
+    const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where key = ${late}`
     expect(row!.n).toBe(0)
   } finally {
     scraping = false

@@ -57,7 +57,7 @@ async function processing(keys: string[], stale = false): Promise<number> {
   const sql = postgres(`postgres://postgres:postgres@127.0.0.1:${env.EMBEDDED_PG_PORT}/postgres`, { max: 1, onnotice: () => undefined })
   try {
     const [row] = await sql<{ n: number }[]>`
-      select count(*)::int as n from idempotency_keys where key in ${sql(keys)} and status = 'processing'
+      select count(*)::int as n from idempotency_key_states where key in ${sql(keys)} and status = 'processing'
          and (not ${stale} or locked_at <= now() - make_interval(secs => ${Number(env.IDEMPOTENCY_TTL_SECONDS)}))`
     return row!.n
   } finally {

@@ -32,7 +32,7 @@ afterAll(async () => {
 })
 
 async function processingKeys(keys: string[]): Promise<number> {
-  const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where key in ${db.sql(keys)} and status = 'processing'`
+  const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where key in ${db.sql(keys)} and status = 'processing'`
   return row!.n
 }
 
@@ -125,7 +125,7 @@ test('a drain that outlasts its deadline rolls back and releases the keys still 
   // Their clients got an answer (503: retry) when the work pool closed under them, not a dropped connection.
   for (const answer of answers) expect(answer.status).toBe(503)
   // Nothing stuck, nothing paid: every key released, so the retry runs afresh.
-  const states = await db.sql<{ status: string }[]>`select status from idempotency_keys where key in ${db.sql(flight.keys)}`
+  const states = await db.sql<{ status: string }[]>`select status from idempotency_key_states where key in ${db.sql(flight.keys)}`
   expect(states.map((row) => row.status)).toEqual(flight.keys.map(() => 'released'))
   const [paymentRow] = await db.sql<{ paid: number }[]>`select count(*)::int as paid from payments where idempotency_key in ${db.sql(flight.keys)}`
   expect(paymentRow?.paid).toBe(0)

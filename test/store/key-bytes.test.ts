@@ -51,7 +51,7 @@ test(`${PAYMENTS} payments at 32 concurrent: at most 2,200 B of the key tables p
   expect(figures.perKey).toBeLessThanOrEqual(2200)
   expect(per(figures.processing)).toBeLessThanOrEqual(300)
   // The completed rows carry no summary (sql/engine/00017: the fillfactor counts on it).
-  const [kept] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'done' and summary is not null`
+  const [kept] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'done' and summary is not null`
   expect(kept?.n).toBe(0)
 }, 120_000)
 
@@ -68,7 +68,7 @@ test('a completion clears the route\'s summary, by the statement and by the tran
   }
   try {
     const [byStatement, byTransaction, released] = [await claimed(), await claimed(), await claimed()]
-    const summaryOf = async (key: string) => (await db.sql<{ summary: unknown }[]>`select summary from idempotency_keys where key = ${key}`)[0]?.summary
+    const summaryOf = async (key: string) => (await db.sql<{ summary: unknown }[]>`select summary from idempotency_key_states where key = ${key}`)[0]?.summary
     expect(await summaryOf(byStatement.key)).toEqual(summary)
     await completeRows(pools.work, byStatement, { status: 201, headers: {}, body: '{}' }, {})
     await complete(pools.work, byTransaction, async () => ({ status: 201, headers: {}, body: '{}' }))

@@ -99,6 +99,7 @@ async function createCitusTestDatabase(coordinatorUrl: string, label: string, op
       const [keys] = citus?.installed ? await check<{ distributed: boolean }[]>`
         select exists (select 1 from pg_dist_partition where logicalrelid = 'idempotency_keys'::regclass and partmethod = 'h') as distributed` : []
       if (!keys?.distributed) throw new Error(`${made.name}: idempotency_keys is not distributed by Citus after migrating (TEST_CITUS_URL)`)
+      if (process.env.TEST_KEY_FORM) await setKeyForm(made.url, process.env.TEST_KEY_FORM)
       if (options.seed) await options.seed.fill(check)
     } finally {
       await check.end()

@@ -76,7 +76,7 @@ async function loseClaimAnswer(key: string, customer: string, options: { unreach
   const hit = await trap
   await hit.reply!.complete
   // Landed between the commit and the answer: the row is there, committed, in processing.
-  const [row] = await db.sql<{ status: string; lease: string }[]>`select status, lease from idempotency_keys where tenant = 'acme' and key = ${key}`
+  const [row] = await db.sql<{ status: string; lease: string }[]>`select status, lease from idempotency_key_states where tenant = 'acme' and key = ${key}`
   expect(row?.status).toBe('processing')
   if (options.unreachable) proxy.freeze()
   hit.connection.reset()
@@ -129,7 +129,7 @@ test('the claim committed, its answer lost: an operator\'s force-expire is not r
   const { first, lease } = await loseClaimAnswer(key, customer, { unreachable: true })
   expect(first.status).toBe(503)
 
-  const [before] = await db.sql<{ status: string; lease: string }[]>`select status, lease from idempotency_keys where tenant = 'acme' and key = ${key}`
+  const [before] = await db.sql<{ status: string; lease: string }[]>`select status, lease from idempotency_key_states where tenant = 'acme' and key = ${key}`
   const expire = async () => {
     const response = await fetch(`${service.url}/admin/api/keys/expire`, {
       method: 'POST',
@@ -152,7 +152,7 @@ test('the claim committed, its answer lost: an operator\'s force-expire is not r
   // Either the operator cleared it (nobody works on it), or the service had already given it back:
   // in neither case is it left in processing under the lost claim's lease.
   expect(['expired', 'unchanged']).toContain(result.outcome!)
-  const [after] = await db.sql<{ status: string; lease: string }[]>`select status, lease from idempotency_keys where tenant = 'acme' and key = ${key}`
+  const [after] = await db.sql<{ status: string; lease: string }[]>`select status, lease from idempotency_key_states where tenant = 'acme' and key = ${key}`
   expect(after!.status === 'processing' && after!.lease === before!.lease).toBe(false)
 
   const attempts = await payUntilAnswered(key, payment({ customer }), { url: () => service.url, pauseMs: 200, deadlineMs: RETRY_MS })
@@ -169,7 +169,7 @@ test('the COMMIT committed, its answer lost: the key is done, so the client is n
   const hit = await trap
   await hit.reply!.complete
   // Landed between the commit and its answer: the key is done, its payment committed.
-  const [row] = await db.sql<{ status: string }[]>`select status from idempotency_keys where tenant = 'acme' and key = ${key}`
+  const [row] = await db.sql<{ status: string }[]>`select status from idempotency_key_states where tenant = 'acme' and key = ${key}`
   expect(row?.status).toBe('done')
   hit.connection.reset()
   const first = await answer

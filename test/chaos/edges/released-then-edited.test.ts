@@ -165,10 +165,10 @@ test('(d) a SIGSTOPped worker\'s key force-expired by an operator: the edited de
     process.kill(a.pid, 'SIGSTOP') // alive, its key in processing, its heartbeat about to go quiet
     gate.release()
     await waitFor(async () => (await provider.charges(x.customer)).length === 1, 'the provider to record A\'s charge')
-    const [row] = await db.sql<{ lease: string; status: string }[]>`select lease, status from idempotency_keys where tenant = 'acme' and key = ${key}`
+    const [row] = await db.sql<{ lease: string; status: string }[]>`select lease, status from idempotency_key_states where tenant = 'acme' and key = ${key}`
     expect(row?.status).toBe('processing')
     // Past the TTL a force-expire acts whatever the heartbeat says (A's deadline has passed, had it run).
-    await waitFor(async () => (await db.sql`select 1 from idempotency_keys where key = ${key} and locked_at < now() - make_interval(secs => ${ttlSeconds})`).length === 1,
+    await waitFor(async () => (await db.sql`select 1 from idempotency_key_states where key = ${key} and locked_at < now() - make_interval(secs => ${ttlSeconds})`).length === 1,
       'the key to be past its TTL', 10_000)
     const expire = await fetch(`${b.url}/admin/api/keys/expire`, {
       method: 'POST',

@@ -150,7 +150,7 @@ export async function exactlyOnceProblems(sql: postgres.Sql, providerUrl: string
 /** Keys still processing, and entries left on the processing list, over the whole cluster. */
 export async function leftProcessing(sql: postgres.Sql): Promise<{ keys: number; listed: number }> {
   const [row] = await sql<{ keys: number; listed: number }[]>`
-    select (select count(*)::int from idempotency_keys where status = 'processing') as keys,
+    select (select count(*)::int from idempotency_key_states where status = 'processing') as keys,
            (select count(*)::int from idempotency_processing) as listed`
   return row!
 }

@@ -104,7 +104,7 @@ async function scenario(mode: 'synchronous' | 'asynchronous'): Promise<FailoverF
   let replicated = new Map<string, string>()
   const burst: Promise<void>[] = []
   const leasesOf = async (sql: postgres.Sql) =>
-    new Map((await sql<{ key: string; lease: string }[]>`select key, lease::text as lease from idempotency_keys`).map((r) => [r.key, r.lease] as const))
+    new Map((await sql<{ key: string; lease: string }[]>`select key, lease::text as lease from idempotency_key_states`).map((r) => [r.key, r.lease] as const))
   const chaos = (async () => {
     await waitFor(`${PAID_BEFORE_CRASH} payments before the crash`, async () => {
       const [row] = await primarySql<{ n: number }[]>`select count(*)::int as n from payments`
