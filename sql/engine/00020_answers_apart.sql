@@ -12,10 +12,12 @@
 -- written once, at the claim, and never grows:
 --
 -- - the key row (idempotency_keys) holds what names the request: tenant, key,
---   method, path, fingerprint (as bytes: digest), request_id, attempts, created_at, and the lease
+--   method, path, fingerprint, request_id, attempts, created_at, and the lease
 --   (written at the claim and by a take-over, never by a completion). Its
---   locked_at is null: that is how a statement tells the new form. Its status
---   is null while the request is in flight or done, 'released' once released;
+--   fingerprint is its 32 bytes (digest), not hex: that is how a statement
+--   tells the new form. Its status is null while the request is in flight or
+--   done; a release writes 'released' and moves the lease's time, summary and
+--   HTTP request id from the entry onto the row, for operators;
 -- - the processing entry (idempotency_processing) carries the request in
 --   flight: its lease (the fence), the lease's time, owner, summary and HTTP
 --   request id. A completion deletes it under its lease and inserts the answer
@@ -84,11 +86,11 @@ insert into idempotency_key_form (id, form) values (1, 'old') on conflict (id) d
 -- run on a worker's shards, which a view would hide).
 create or replace view idempotency_key_states as
 select k.tenant, k.key, k.method, k.path, coalesce(k.fingerprint, encode(k.digest, 'hex')) as fingerprint,
-       case when k.locked_at is not null or k.status is not null then k.status
+       case when k.digest is null or k.status is not null then k.status
             when a.request_id is not null then 'done'
             else 'processing' end as status,
        k.lease, k.attempts, k.request_id, k.created_at, k.released_at, k.release_reason,
-       coalesce(k.locked_at, e.locked_at) as locked_at,
+       coalesce(k.locked_at, e.locked_at, k.created_at) as locked_at,
        coalesce(k.stale_at, e.stale_at) as stale_at,
        coalesce(k.owner, e.owner) as owner,
        coalesce(k.summary, e.summary) as summary,
@@ -98,10 +100,10 @@ select k.tenant, k.key, k.method, k.path, coalesce(k.fingerprint, encode(k.diges
        coalesce(k.response_headers, (case when a.response_headers::jsonb ? 'content-type' then jsonb_strip_nulls(a.response_headers::jsonb)
         else a.response_headers::jsonb || '{"content-type": "application/json"}' end)) as response_headers,
        coalesce(k.response_body, a.response_body) as response_body,
-       k.locked_at is null as apart
+       k.digest is not null as apart
   from idempotency_keys k
-  left join idempotency_processing e on k.locked_at is null and e.tenant = k.tenant and e.key = k.key and e.lease is not null
-  left join idempotency_answers a on k.locked_at is null and a.tenant = k.tenant and a.request_id = k.request_id;
+  left join idempotency_processing e on k.digest is not null and e.tenant = k.tenant and e.key = k.key and e.lease is not null
+  left join idempotency_answers a on k.digest is not null and a.tenant = k.tenant and a.request_id = k.request_id;
 
 -- On a Citus coordinator whose key table is distributed (sql/engine/00011):
 -- the answers beside their keys, the form on every node.

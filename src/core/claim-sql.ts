@@ -137,7 +137,7 @@ const claimCtes = (shared: boolean) => `input as (
      order by i.tenant, i.key, i.n
     on conflict (tenant, key) do nothing
     returning k.tenant, k.key, k.lease, k.attempts, k.request_id, coalesce(k.fingerprint, encode(k.digest, 'hex')) as fingerprint,
-              k.locked_at is null as apart
+              k.digest is not null as apart
   ),
   listed as (
     insert into idempotency_processing (stale_at, tenant, key, locked_at, lease, owner, summary, http_request_id)

@@ -87,7 +87,7 @@ export async function expireStale(sql: Sql, options: ExpireStaleOptions, actor: 
  * and the key's row are locked: a completion deletes the one, a take-over
  * updates both.
  */
-const apartEntry = (sql: Sql): Fragment => sql`(k.locked_at is null and pr.lease = k.lease)` as Fragment
+const apartEntry = (sql: Sql): Fragment => sql`(k.digest is not null and pr.lease = k.lease)` as Fragment
 
 /** Expires the stale keys `ofTenant` selects, batch by batch, each with its audit entries; returns them. */
 async function expireBatches(sql: Sql, at: () => Fragment, ofTenant: Fragment, who: string): Promise<{ tenant: string; key: string }[]> {
@@ -95,7 +95,7 @@ async function expireBatches(sql: Sql, at: () => Fragment, ofTenant: Fragment, w
   for (;;) {
     const rows = await sql<{ tenant: string; key: string }[]>`
       with target as (
-        select k.tenant, k.key, pr.stale_at, pr.locked_at, pr.summary from idempotency_processing pr
+        select k.tenant, k.key, pr.stale_at, pr.locked_at, pr.summary, pr.http_request_id from idempotency_processing pr
           join idempotency_keys k on k.tenant = pr.tenant and k.key = pr.key
          where ${staleEntry(sql, at())} and (${stale(sql, at())} or ${apartEntry(sql)}) ${ofTenant}
          order by pr.stale_at
@@ -105,7 +105,8 @@ async function expireBatches(sql: Sql, at: () => Fragment, ofTenant: Fragment, w
       released as (
         update idempotency_keys k
            set status = 'released', owner = null, released_at = now(), stale_at = null, release_reason = 'force_expired',
-               summary = case when k.locked_at is null then t.summary else k.summary end
+               summary = case when k.digest is not null then t.summary else k.summary end,
+               locked_at = coalesce(k.locked_at, t.locked_at), http_request_id = coalesce(k.http_request_id, t.http_request_id)
           from target t
          where k.tenant = t.tenant and k.key = t.key
         returning k.tenant, k.key, k.lease, k.attempts, coalesce(k.locked_at, t.locked_at) as locked_at

@@ -82,11 +82,12 @@ export async function forceExpire(sql: Sql, target: ExpireTarget, actor: string,
       taken_apart as (
         delete from idempotency_processing pr using seen_apart s
          where s.expirable and pr.tenant = ${target.tenant} and pr.key = ${target.key} and pr.lease = ${target.lease}
-        returning pr.locked_at, pr.summary
+        returning pr.locked_at, pr.summary, pr.http_request_id
       ),
       released_apart as (
         update idempotency_keys k
-           set status = 'released', released_at = p.now, release_reason = 'force_expired', summary = (select t.summary from taken_apart t)
+           set status = 'released', released_at = p.now, release_reason = 'force_expired', summary = (select t.summary from taken_apart t),
+               locked_at = (select t.locked_at from taken_apart t), http_request_id = (select t.http_request_id from taken_apart t)
           from params p
          where k.tenant = ${target.tenant} and k.key = (select s.key from seen_apart s where s.expirable)
            and exists (select 1 from taken_apart)

@@ -17,13 +17,16 @@ export const answerHeadersRead = (stored: string) => `(case when ${stored}::json
  * relation with the old form's columns: what every reader of a key names
  * instead of idempotency_keys, so it reads a key of either form alike.
  *
- * - Old form (its row's locked_at set): the row says it all; a completion
+ * - Old form (its fingerprint as hex): the row says it all; a completion
  *   updated it with its answer.
- * - New form (locked_at null): the row names the request (its fingerprint as
- *   bytes, `digest`) and is never updated
- *   by a completion. Its request in flight is its processing entry (the lease's
- *   time, deadline, owner, summary, HTTP request id), its answer a row of
- *   idempotency_answers; a release writes 'released' on the row itself.
+ * - New form (its fingerprint as bytes, `digest`): the row names the request
+ *   and is never updated by a completion. Its request in flight is its
+ *   processing entry (the lease's time, deadline, owner, summary, HTTP
+ *   request id), its answer a row of idempotency_answers; a release writes
+ *   'released' on the row itself, with the entry's time, summary and id.
+ *
+ * A completed key of the new form keeps no lease time: its `locked_at` reads
+ * as its claim's (created_at), which a take-over may have followed.
  *
  * The joins are probes by unique indexes, made only for a new-form row: a
  * reader of one key pays two index lookups more, a reader of the old form
@@ -38,11 +41,11 @@ export const answerHeadersRead = (stored: string) => `(case when ${stored}::json
  */
 export const KEY_STATES = `(
     select k.tenant, k.key, k.method, k.path, coalesce(k.fingerprint, encode(k.digest, 'hex')) as fingerprint,
-           case when k.locked_at is not null or k.status is not null then k.status
+           case when k.digest is null or k.status is not null then k.status
                 when a.request_id is not null then 'done'
                 else 'processing' end as status,
            k.lease, k.attempts, k.request_id, k.created_at, k.released_at, k.release_reason,
-           coalesce(k.locked_at, e.locked_at) as locked_at,
+           coalesce(k.locked_at, e.locked_at, k.created_at) as locked_at,
            coalesce(k.stale_at, e.stale_at) as stale_at,
            coalesce(k.owner, e.owner) as owner,
            coalesce(k.summary, e.summary) as summary,
@@ -51,10 +54,10 @@ export const KEY_STATES = `(
            coalesce(k.response_status, a.response_status) as response_status,
            coalesce(k.response_headers, ${answerHeadersRead('a.response_headers')}) as response_headers,
            coalesce(k.response_body, a.response_body) as response_body,
-           k.locked_at is null as apart
+           k.digest is not null as apart
       from idempotency_keys k
-      left join idempotency_processing e on k.locked_at is null and e.tenant = k.tenant and e.key = k.key and e.lease is not null
-      left join idempotency_answers a on k.locked_at is null and a.tenant = k.tenant and a.request_id = k.request_id
+      left join idempotency_processing e on k.digest is not null and e.tenant = k.tenant and e.key = k.key and e.lease is not null
+      left join idempotency_answers a on k.digest is not null and a.tenant = k.tenant and a.request_id = k.request_id
   )`
 
 /**

@@ -93,10 +93,10 @@ async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string },
   const rows = await sql`
     with gone as (
       select kr.ctid from idempotency_keys kr
-        left join idempotency_answers a on kr.locked_at is null and a.tenant = kr.tenant and a.request_id = kr.request_id
+        left join idempotency_answers a on kr.digest is not null and a.tenant = kr.tenant and a.request_id = kr.request_id
        cross join lateral (
          select kr.created_at, kr.released_at,
-                case when kr.locked_at is not null or kr.status is not null then kr.status when a.request_id is not null then 'done' end as status,
+                case when kr.digest is null or kr.status is not null then kr.status when a.request_id is not null then 'done' end as status,
                 coalesce(kr.completed_at, a.completed_at) as completed_at
        ) k
        where ${retentionCandidate(sql, now, options.retentionSeconds)}
@@ -110,9 +110,9 @@ async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string },
     deleted as (
       delete from idempotency_keys k
        using gone
-       where k.ctid = gone.ctid and (k.status in ('done', 'released') or k.locked_at is null)
+       where k.ctid = gone.ctid and (k.status in ('done', 'released') or k.digest is not null)
          ${ofTenant('k')}
-      returning k.tenant, k.request_id, k.created_at, k.locked_at is null as apart
+      returning k.tenant, k.request_id, k.created_at, k.digest is not null as apart
     ),
     answers_gone as (
       delete from idempotency_answers a using deleted d

@@ -109,13 +109,13 @@ export function renewExpired(sql: Sql, id: RequestIdentity, seenLease: string, c
     return tx<TakenRow[]>`
       with target as (
         select kr.tenant, kr.key, kr.request_id from idempotency_keys kr
-          left join idempotency_answers a on kr.locked_at is null and a.tenant = kr.tenant and a.request_id = kr.request_id
+          left join idempotency_answers a on kr.digest is not null and a.tenant = kr.tenant and a.request_id = kr.request_id
          cross join lateral (
-           select kr.created_at, case when kr.locked_at is not null then kr.status when a.request_id is not null then 'done' end as status,
+           select kr.created_at, case when kr.digest is null then kr.status when a.request_id is not null then 'done' end as status,
                   coalesce(kr.completed_at, a.completed_at) as completed_at
          ) k
          where kr.tenant = ${id.tenant} and kr.key = ${id.key}
-           and kr.lease = ${seenLease} and ${expired(tx, now, claimant.retentionSeconds)} and kr.locked_at is ${apart ? tx`null` : tx`not null`}
+           and kr.lease = ${seenLease} and ${expired(tx, now, claimant.retentionSeconds)} and kr.digest is ${apart ? tx`not null` : tx`null`}
            for update of kr nowait
       ),
       forgotten as (
@@ -146,8 +146,8 @@ async function inEitherForm(update: (apart: boolean) => Promise<TakenRow[]>): Pr
   return old.length > 0 ? old : await update(true)
 }
 
-/** The keys of one form: the new form's row has no lease time (sql/engine/00020). */
-const ofForm = (tx: Sql, apart: boolean) => (apart ? tx`k.locked_at is null` : tx`k.locked_at is not null`)
+/** The keys of one form: the new form's row holds its fingerprint as bytes (sql/engine/00020). */
+const ofForm = (tx: Sql, apart: boolean) => (apart ? tx`k.digest is not null` : tx`k.digest is null`)
 
 /** The SET of a key's fingerprint, in its form: hex in the old, its bytes in the new. */
 function fingerprintOf(tx: Sql, fingerprint: string, apart: boolean) {
@@ -195,7 +195,7 @@ async function takeOver(sql: Sql, key: { tenant: string; key: string }, update: 
                select ${deadlineAt(tx, now, claimant.ttlSeconds)}, k.tenant, k.key, ${now}, k.lease,
                       ${claimant.owner ?? null}::uuid, null::jsonb, ${claimant.httpRequestId ?? null}::text
                  from idempotency_keys k
-                where k.tenant = ${key.tenant} and k.key = ${key.key} and k.locked_at is null and k.status is null
+                where k.tenant = ${key.tenant} and k.key = ${key.key} and k.digest is not null and k.status is null
                   and not exists (select 1 from idempotency_processing pr
                                    where pr.tenant = ${key.tenant} and pr.key = ${key.key} and pr.lease is not null)`
     }

@@ -54,12 +54,14 @@ export async function release(sql: Sql, lease: Pick<Lease, 'tenant' | 'key' | 'l
     taken as (
       delete from idempotency_processing pr
        where pr.tenant = ${lease.tenant} and pr.key = ${lease.key} and pr.lease = ${lease.lease}
-      returning pr.key, pr.summary
+      returning pr.key, pr.summary, pr.locked_at, pr.http_request_id
     ),
     released_apart as (
       update idempotency_keys k
-         set status = 'released', released_at = now(), release_reason = ${reason}, summary = (select t.summary from taken t)
-       where k.tenant = ${lease.tenant} and k.key = (select t.key from taken t)
+         set status = 'released', released_at = now(), release_reason = ${reason},
+             summary = t.summary, locked_at = t.locked_at, http_request_id = t.http_request_id
+        from taken t
+       where k.tenant = ${lease.tenant} and k.key = t.key
       returning k.key
     )
     select 1 from released union all select 1 from released_apart`

@@ -175,7 +175,11 @@ describe('in-process: the lines no request can hide from', () => {
     await waitForClaims(db.sql, [key])
     await waitFor(() => provider.held() === 1, 'the charge to be held')
     // What a reclaim does to the row: a new lease. The held worker's completion is then fenced.
-    await db.sql`update idempotency_keys set lease = ${newLeaseId()}::bigint, attempts = attempts + 1 where key = ${key}`
+    // In either form (sql/engine/00020): the new form's fence is its processing entry's lease.
+    const lease = newLeaseId()
+    await db.sql`
+      with moved as (update idempotency_keys set lease = ${lease}::bigint, attempts = attempts + 1 where key = ${key} returning tenant, key)
+      update idempotency_processing pr set lease = ${lease}::bigint from moved m where pr.tenant = m.tenant and pr.key = m.key and pr.lease is not null`
     provider.release()
     const response = await answer
     expect(response.status).toBe(409)

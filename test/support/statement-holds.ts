@@ -55,7 +55,7 @@ export async function installHolds(sql: postgres.Sql): Promise<void> {
       for each row execute function test_edges_hold('${HOLDS.commit.lock}');
     drop trigger if exists test_edges_release on idempotency_keys;
     create trigger test_edges_release before update on idempotency_keys
-      for each row when (old.status = 'processing' and new.status = 'released')
+      for each row when ((old.status = 'processing' or (old.status is null and old.digest is not null)) and new.status = 'released')
       execute function test_edges_hold('${HOLDS.release.lock}');`)
 }
 
