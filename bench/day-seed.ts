@@ -96,7 +96,9 @@ export async function seedDay(sql: postgres.Sql, options: DaySeedOptions, log: (
     lease: `(random() * 9.2e18)::int8`,
     attempts: '1',
     created_at: 't',
-    request_id: 'gen_random_uuid()',
+    // Time-ordered, as the engine draws them (UUID v7, src/core/claim.ts): the answers' index grows at its right edge.
+    request_id: `(lpad(to_hex(floor(extract(epoch from t) * 1000)::int8), 12, '0') || '7' || substr(md5(random()::text), 1, 3)
+                  || '8' || substr(md5(random()::text), 1, 15))::uuid`,
     owner: 'null',
     released_at: 'null',
     release_reason: 'null',

@@ -94,7 +94,9 @@ test('a migrated single-node database is distributed online by `npm run migrate 
            colocationid = (select colocationid from pg_dist_partition where logicalrelid = 'idempotency_keys'::regclass) as colocated
       from pg_dist_partition order by 1`
   expect([...layout]).toEqual([
+    { table: 'idempotency_answers', method: 'h', colocated: true },
     { table: 'idempotency_audit', method: 'h', colocated: true },
+    { table: 'idempotency_key_form', method: 'n', colocated: false },
     { table: 'idempotency_keys', method: 'h', colocated: true },
     { table: 'idempotency_processes', method: 'n', colocated: false },
     { table: 'idempotency_processing', method: 'h', colocated: true },
