@@ -31,8 +31,10 @@ afterAll(async () => { await db?.drop() })
 // Measured after 1,000 payments: 1,950 B a key with sql/engine/00010, 2,793 B without it (the list at 10 %, the keys at 30 %);
 // 1,753-1,827 B with 00017 (the summary cleared at completion, the keys at 35 %), and 95 % HOT with the summary kept at 35 %;
 // 1,524 B with 00018, the processing list's share 172 B where it was over 400 with the list at 25 % (a share that does not
-// depend on how the requests were batched: the list's entries are only inserted and deleted).
-test(`${PAYMENTS} payments at 32 concurrent: at most 2,200 B of the key tables per completed key, 300 of them the processing list's, and at least 99 % of the completions HOT`, async () => {
+// depend on how the requests were batched: the list's entries are only inserted and deleted). Engine 20 gave the list a
+// partial index by key (the new form's, empty in the old): its pages are 16 B a key here, and PostgreSQL 14 put the
+// share at 311 B (197-205 on 15 to 18), hence 330.
+test(`${PAYMENTS} payments at 32 concurrent: at most 2,200 B of the key tables per completed key, 330 of them the processing list's, and at least 99 % of the completions HOT`, async () => {
   const app = await startApp(db)
   try {
     await pay(app, PAYMENTS, 32)
@@ -49,7 +51,7 @@ test(`${PAYMENTS} payments at 32 concurrent: at most 2,200 B of the key tables p
   expect(figures.upd).toBeGreaterThanOrEqual(PAYMENTS)
   expect(figures.hot / figures.upd).toBeGreaterThanOrEqual(0.99)
   expect(figures.perKey).toBeLessThanOrEqual(2200)
-  expect(per(figures.processing)).toBeLessThanOrEqual(300)
+  expect(per(figures.processing)).toBeLessThanOrEqual(330)
   // The completed rows carry no summary (sql/engine/00017: the fillfactor counts on it).
   const [kept] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'done' and summary is not null`
   expect(kept?.n).toBe(0)
