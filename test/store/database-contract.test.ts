@@ -123,3 +123,47 @@ test('behind PgBouncer the isolation is set on the role too, quoted', () => {
   expect(SESSION_SETTINGS).toHaveProperty('default_transaction_isolation', 'read committed')
   expect(sessionSettingsSql('svc', 'db')).toContain(`alter role "svc" in database "db" set default_transaction_isolation = 'read committed';`)
 })
+
+// Where the server can compile (its LLVM package installed, as Debian's is).
+const jitAvailable = await (async () => {
+  const probe = postgres(serverUrl(), { max: 1, onnotice: () => undefined })
+  try {
+    return (await probe<{ available: boolean }[]>`select pg_jit_available() as available`)[0]!.available
+  } finally {
+    await probe.end()
+  }
+})()
+
+describe.if(jitAvailable)('a database that JIT-compiles every statement', () => {
+  let db: TestDatabase
+  const jitOf = async (sql: postgres.Sql<any>) => {
+    const [row] = await sql.unsafe<{ 'QUERY PLAN': { JIT?: unknown }[] }[]>(`explain (analyze, format json) select count(*) from idempotency_keys where created_at < now()`)
+    return row!['QUERY PLAN'][0]!.JIT !== undefined
+  }
+  beforeAll(async () => {
+    db = await createTestDatabase('jit')
+    const name = new URL(db.url).pathname.slice(1)
+    for (const setting of ['jit_above_cost', 'jit_inline_above_cost', 'jit_optimize_above_cost'])
+      await db.sql.unsafe(`alter database "${name}" set ${setting} = 0`)
+  })
+  afterAll(() => db?.drop())
+
+  test('the premise: a plain session there compiles a key-table read', async () => {
+    const plain = postgres(db.url, { max: 1, onnotice: () => undefined })
+    try {
+      expect(await jitOf(plain)).toBe(true)
+    } finally {
+      await plain.end()
+    }
+  })
+
+  // The purge's batch at 10 M keys spent 559 of its 566 ms compiling (BENCHMARKS.md): the engine's sessions never do.
+  test('the engine\'s pools compile nothing, in and out of a transaction', async () => {
+    const pools = openPools(db.url, { applicationName: 'test:jit' })
+    try {
+      expect([await jitOf(pools.short), await pools.work.begin((tx) => jitOf(tx))]).toEqual([false, false])
+    } finally {
+      await pools.close(1)
+    }
+  })
+})
