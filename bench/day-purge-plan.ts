@@ -9,6 +9,7 @@
 import postgres from 'postgres'
 import { purgeExpired, PURGE_BATCH_SIZE } from '../src/core/purge'
 import { purgePauseMs } from '../src/maintenance/retention-purge'
+import { SESSION_SETTINGS } from '../src/store/db'
 import { percentile, round2 } from './load'
 
 /** Batches timed back to back (real deletes of the backlog: 20 × 500 keys). */
@@ -27,7 +28,8 @@ export interface PurgePlan {
 
 export async function purgePlan(url: string, retentionSeconds: number): Promise<PurgePlan> {
   const notices: string[] = []
-  const sql = postgres(url, { max: 1, onnotice: (notice) => notices.push(String(notice.message)) })
+  // With the engine's session settings (jit off among them): the batch as the service's purge runs it.
+  const sql = postgres(url, { max: 1, onnotice: (notice) => notices.push(String(notice.message)), connection: { ...SESSION_SETTINGS } })
   try {
     const times: number[] = []
     for (let i = 0; i < TIMED_BATCHES; i++) {
