@@ -136,7 +136,7 @@ const jitAvailable = await (async () => {
 
 describe.if(jitAvailable)('a database that JIT-compiles every statement', () => {
   let db: TestDatabase
-  const jitOf = async (sql: postgres.Sql<any>) => {
+  const jitOf = async (sql: Pick<postgres.Sql<any>, 'unsafe'>) => {
     const [row] = await sql.unsafe<{ 'QUERY PLAN': { JIT?: unknown }[] }[]>(`explain (analyze, format json) select count(*) from idempotency_keys where created_at < now()`)
     return row!['QUERY PLAN'][0]!.JIT !== undefined
   }
