@@ -12,7 +12,7 @@ import { PROCESS_ALIVE_SECONDS } from '../../src/core/processes'
 import { reclaim } from '../../src/core/reclaim'
 import type { Lease, StoredResponse } from '../../src/core/types'
 import { operations, type Operations, type OperationsContext } from '../../src/operations'
-import { createTestDatabase, type TestDatabase } from '../support/db'
+import { backdateLease, createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
 import { identity } from '../support/keys'
 import { startGatedProvider, startServer, type GatedProvider, type ServerProcess } from '../support/server'
@@ -141,7 +141,7 @@ describe('who counts as alive', () => {
 
   test('past its deadline a key is expired even if its owner still beats: that worker has stopped', async () => {
     const lease = await claimed(identity(), await processRow(0))
-    await db.sql`update idempotency_keys set locked_at = now() - make_interval(secs => ${TTL + 1}) where key = ${lease.key}`
+    await backdateLease(db.sql, lease.key, TTL + 1)
     expect((await ops.forceExpire(lease, 'test')).outcome).toBe('expired')
     // And if it had not stopped, it could not commit.
     await expect(finish(lease)).rejects.toBeInstanceOf(LeaseLostError)
@@ -153,7 +153,7 @@ describe('conditional on what the operator saw', () => {
   test('a key reclaimed since (new lease) is left to its new owner', async () => {
     const id = identity()
     const first = await claimed(id)
-    await db.sql`update idempotency_keys set locked_at = now() - interval '1 hour' where key = ${id.key}`
+    await backdateLease(db.sql, id.key, 3600)
     const taken = await reclaim(db.pools.short, first, { ttlSeconds: TTL, retentionSeconds: 3600 })
     if (taken === null || taken === 'busy') throw new Error(`expected a reclaim, got ${taken}`)
     const result = await ops.forceExpire({ tenant: id.tenant, key: id.key, lease: first.lease }, 'test')

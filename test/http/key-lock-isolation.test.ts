@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { claimBatchSql } from '../../src/core/claim-sql'
 import { newLeaseId } from '../../src/core/lease-id'
 import { startApp, type InProcessService } from '../support/app'
-import { createTestDatabase, type TestDatabase } from '../support/db'
+import { createTestDatabase, lockCompletionTarget, type TestDatabase } from '../support/db'
 import { payment, paymentRequest } from '../support/http'
 import { startGatedProvider, type GatedProvider } from '../support/server'
 import { track, waitFor, waitForClaims } from '../support/wait'
@@ -110,7 +110,7 @@ describe('one key\'s locked row', () => {
       const besideAnswers = beside.map((b) => post('globex', b.key, b.customer))
       await waitForClaims(db.sql, [stuck])
       await waitFor(() => provider.held() === 1 + beside.length, 'every charge to wait at the gate')
-      await foreign.session`select 1 from idempotency_keys where tenant = 'acme' and key = ${stuck} for update`
+      await lockCompletionTarget(foreign.session, stuck, 'acme')
       provider.release()
       // The others complete while the stuck key's row is locked.
       expect(await Promise.all(besideAnswers.map(async (answer) => (await answer).status))).toEqual(beside.map(() => 201))

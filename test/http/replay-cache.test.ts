@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { MAX_SENT_TEXT_CHARS, ReplayCache, replayMarginMs } from '../../src/http/replay-cache'
 import { startApp, type InProcessService } from '../support/app'
-import { createTestDatabase, type TestDatabase } from '../support/db'
+import { createTestDatabase, lockCompletionTarget, type TestDatabase } from '../support/db'
 import { payment, paymentRequest } from '../support/http'
 import { startGatedProvider } from '../support/server'
 import { waitFor } from '../support/wait'
@@ -143,7 +143,7 @@ test('a commit answered late does not keep the answer past the key\'s retention 
     let locked = () => undefined as void
     const lockTaken = new Promise<void>((resolve) => { locked = resolve })
     const held = db.sql.begin(async (tx) => {
-      await tx`select 1 from idempotency_keys where key = ${key} for update`
+      await lockCompletionTarget(tx, key)
       locked()
       // The late commit: the lock is let go once A's UPDATE has waited on it for 700 ms (a lock wait, a synchronous standby).
       await waitFor(async () => (await tx<{ pid: number }[]>`

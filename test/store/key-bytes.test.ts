@@ -21,6 +21,15 @@ import { startApp } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 
 const PAYMENTS = 1000
+/** TEST_KEY_FORM=new (sql/engine/00020): the answer apart, the lease on the processing entry. */
+const apart = process.env.TEST_KEY_FORM === 'new'
+/**
+ * The new form's entries carry the lease, owner and summary (about twice the
+ * old form's), so its list's dead entries before the first vacuum weigh more:
+ * 442 and 459 B a key in two runs on PostgreSQL 15 (2026-12-07; the old
+ * form's 197-238 in the same runs and earlier ones), so a fifth above that.
+ */
+const NEW_FORM_LIST_BYTES = 560
 
 let db: TestDatabase
 beforeAll(async () => { db = await createTestDatabase('key_bytes') })
@@ -48,10 +57,15 @@ test(`${PAYMENTS} payments at 32 concurrent: at most 2,200 B of the key tables p
     + `processing list ${per(figures.processing)}, TOAST ${per(figures.toast)}, maps ${per(figures.maps)}); `
     + `${figures.rowsPerPage.toFixed(1)} rows a page of ${Math.round(figures.avgRow)} B; HOT ${figures.hot}/${figures.upd}`)
   expect(figures.done).toBe(PAYMENTS)
-  expect(figures.upd).toBeGreaterThanOrEqual(PAYMENTS)
-  expect(figures.hot / figures.upd).toBeGreaterThanOrEqual(0.99)
+  if (apart) {
+    // The new form's completion writes the answer and deletes the entry: the key row is never updated.
+    expect(figures.upd).toBe(0)
+  } else {
+    expect(figures.upd).toBeGreaterThanOrEqual(PAYMENTS)
+    expect(figures.hot / figures.upd).toBeGreaterThanOrEqual(0.99)
+  }
   expect(figures.perKey).toBeLessThanOrEqual(2200)
-  expect(per(figures.processing)).toBeLessThanOrEqual(330)
+  expect(per(figures.processing)).toBeLessThanOrEqual(apart ? NEW_FORM_LIST_BYTES : 330)
   // The completed rows carry no summary (sql/engine/00017: the fillfactor counts on it).
   const [kept] = await db.sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'done' and summary is not null`
   expect(kept?.n).toBe(0)

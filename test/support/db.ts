@@ -230,3 +230,27 @@ export async function setKeyForm(url: string, form: string): Promise<void> {
     await sql.end()
   }
 }
+
+/**
+ * Moves the lease of `key` (a processing key, of either form) `seconds` into
+ * the past: the row's locked_at in the old form, its processing entry's in the
+ * new, where a key of that form keeps its lease (sql/engine/00020).
+ */
+export async function backdateLease(sql: postgres.Sql<any>, key: string, seconds: number): Promise<void> {
+  await sql`update idempotency_keys set locked_at = now() - make_interval(secs => ${seconds}) where key = ${key} and digest is null`
+  // The deadline moves with it, as the old form's trigger (sql/engine/00005) moves the row's.
+  await sql`update idempotency_processing set locked_at = now() - make_interval(secs => ${seconds}), stale_at = now() - make_interval(secs => ${seconds}) + (stale_at - locked_at)
+             where key = ${key} and lease is not null`
+}
+
+/**
+ * Locks FOR UPDATE, in `sql`'s transaction, what the completion of processing
+ * `key` writes: its row in the old form, its processing entry in the new
+ * (sql/engine/00020), so that the completion waits on the lock in either.
+ */
+export async function lockCompletionTarget(sql: postgres.Sql<any> | postgres.TransactionSql<any> | postgres.ReservedSql<any>, key: string, tenant?: string): Promise<void> {
+  const tag = sql as postgres.Sql<any>
+  const ofTenant = tenant === undefined ? tag`` : tag`and tenant = ${tenant}`
+  await tag`select 1 from idempotency_keys where key = ${key} and digest is null ${ofTenant} for update`
+  await tag`select 1 from idempotency_processing where key = ${key} and lease is not null ${ofTenant} for update`
+}

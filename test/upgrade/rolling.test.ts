@@ -210,7 +210,7 @@ test.skipIf(!history)('0.2.0 → this release, one instance at a time under a re
   const problems = [...bodies.keys()].filter((key) => payments.get(key)?.length !== 1).map((key) => `${key}: ${payments.get(key)?.length ?? 0} payments`)
   expect(problems).toEqual([])
   expect(await chargedOnce(sql, provider, new Map([...bodies].map(([key, body]) => [key, body.customer])))).toEqual([])
-  const [left] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_keys where status = 'processing'`
+  const [left] = await sql<{ n: number }[]>`select count(*)::int as n from idempotency_key_states where status = 'processing'`
   expect(left!.n).toBe(0)
   for (const s of replaced) s.proc.kill('SIGTERM')
   expect(await Promise.all(replaced.map((s) => s.proc.exited))).toEqual([0, 0])

@@ -45,7 +45,7 @@ test('the instance started with another retention says so; the shorter retention
   expect(first.status).toBe(201)
   const paid = (await first.json() as { id: string }).id
   await waitFor(async () => (await db.sql`
-    select 1 from idempotency_keys where key = ${key} and clock_timestamp() > completed_at + interval '2.3 seconds'`).length === 1,
+    select 1 from idempotency_key_states where key = ${key} and clock_timestamp() > completed_at + interval '2.3 seconds'`).length === 1,
   'the key past the short retention (2 s) by the database\'s clock', 10_000)
   // Past the short retention: the long instance replays its answer; the short one takes the key as new.
   const onLong = await postPayment(long.url, body, { key })
