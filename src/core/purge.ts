@@ -1,6 +1,5 @@
 import { requestPathForm } from './citus-form'
-import { KEY_STATES } from './key-states'
-import { expired, releasedExpired, retentionCandidate } from './policy'
+import { answeredExpired, expired, releasedExpired, retentionCandidate, type Instant } from './policy'
 import type { Clock, Sql } from './types'
 
 /**
@@ -61,9 +60,8 @@ export async function purgeExpiredBatch(sql: Sql, options: PurgeOptions): Promis
   // tenants are found by a read without locks over every shard (the same created_at range). No `from`
   // bound there: a batch reaches some tenants only, and a bound past the others' oldest keys would skip them.
   const tenants = await sql<{ tenant: string }[]>`
-    select k.tenant from ${sql.unsafe(KEY_STATES)} k
-     where ${retentionCandidate(sql, options.now ?? null, options.retentionSeconds)}
-       and (${expired(sql, options.now ?? null, options.retentionSeconds)} or ${releasedExpired(sql, options.now ?? null, options.retentionSeconds)})
+    select k.tenant from idempotency_keys k
+     where ${purgeable(sql, options.now ?? null, options.retentionSeconds)}
      group by k.tenant
      limit ${limit}`
   let deleted = 0
@@ -85,27 +83,20 @@ async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string },
   // completed_at and released_at) 59-91k.
   //
   // A key of the new form (sql/engine/00020) is done by its answer, which
-  // leaves with it. Its state is read beside its row (`k`, as policy.ts names
-  // it) so that the lock is the row's: a take-over that committed before the
-  // lock is re-checked on its new version (a renewal's created_at is the
-  // renewal's instant, a retake's status no longer 'released').
+  // leaves with it (policy.ts answeredExpired). The conditions are on the row
+  // we lock: a take-over that committed before the lock is re-checked on its
+  // new version (a renewal's created_at is the renewal's instant, a retake's
+  // status no longer 'released').
   const ofTenant = (alias: string) => options.tenant === undefined ? sql`` : sql`and ${sql(alias)}.tenant = ${options.tenant}`
   const rows = await sql`
     with gone as (
-      select kr.ctid from idempotency_keys kr
-        left join idempotency_answers a on kr.digest is not null and a.tenant = kr.tenant and a.request_id = kr.request_id
-       cross join lateral (
-         select kr.created_at, kr.released_at,
-                case when kr.digest is null or kr.status is not null then kr.status when a.request_id is not null then 'done' end as status,
-                coalesce(kr.completed_at, a.completed_at) as completed_at
-       ) k
-       where ${retentionCandidate(sql, now, options.retentionSeconds)}
-         and (${expired(sql, now, options.retentionSeconds)} or ${releasedExpired(sql, now, options.retentionSeconds)})
-         ${ofTenant('kr')}
-         ${options.from === undefined ? sql`` : sql`and kr.created_at >= ${options.from}`}
-       order by kr.created_at
+      select k.ctid from idempotency_keys k
+       where ${purgeable(sql, now, options.retentionSeconds)}
+         ${ofTenant('k')}
+         ${options.from === undefined ? sql`` : sql`and k.created_at >= ${options.from}`}
+       order by k.created_at
        limit ${limit}
-         for update of kr skip locked
+         for update of k skip locked
     ),
     deleted as (
       delete from idempotency_keys k
@@ -123,4 +114,10 @@ async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string },
   let newest = Number.NEGATIVE_INFINITY
   for (const { created_at } of rows) newest = Math.max(newest, (created_at as Date).getTime())
   return { deleted: rows.count, through: rows.count > 0 ? new Date(newest - 1) : null }
+}
+
+/** Key row `k` (idempotency_keys) that the purge deletes: past its retention, done (in either form) or released. */
+function purgeable(sql: Sql, now: Instant, retentionSeconds: number) {
+  return sql`${retentionCandidate(sql, now, retentionSeconds)}
+         and (${expired(sql, now, retentionSeconds)} or ${releasedExpired(sql, now, retentionSeconds)} or ${answeredExpired(sql, now, retentionSeconds)})`
 }

@@ -50,10 +50,13 @@ export function reclaim(sql: Sql, seen: Lease, claimant: Taker): Promise<TakeOve
       select * from taken`
       .then(async (rows) => rows.length > 0 ? rows : await tx<TakenRow[]>`
       with target as (
+        -- The entry (a completion holds it between its fence and its commit) and the key row this updates: neither waited on.
         select pr.stale_at from idempotency_processing pr
+          join idempotency_keys kr on kr.tenant = pr.tenant and kr.key = pr.key
           cross join lateral (select 'processing'::text as status, pr.stale_at, pr.owner, pr.lease, pr.locked_at) k
          where pr.tenant = ${seen.tenant} and pr.key = ${seen.key} and pr.lease = ${seen.lease} and ${abandoned(tx, now)}
-           for update of pr nowait
+           and kr.tenant = ${seen.tenant} and kr.key = ${seen.key}
+           for update of pr, kr nowait
       ),
       moved as (
         update idempotency_processing pr

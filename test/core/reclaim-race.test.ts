@@ -3,8 +3,8 @@
  * released one, renewal of an expired one) under a barrier instead of luck.
  *
  * A session of the test holds the key's row lock (FOR UPDATE), as a
- * completion between its fence and its COMMIT does, while two retries try to
- * take the key over. Each take-over locks the row it read with FOR UPDATE
+ * completion between its fence and its COMMIT does (in the new form, its
+ * processing entry's), while two retries try to take the key over. Each take-over locks the row it read with FOR UPDATE
  * NOWAIT, so both are answered at once (in progress) while the lock is held.
  * Without the lock clause, both read the row, both UPDATEs queue behind the
  * holder, and once it lets go both succeed: two leases for one key, two
@@ -19,7 +19,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import postgres from 'postgres'
 import { claim } from '../../src/core/claim'
 import type { ClaimResult, RequestIdentity } from '../../src/core/types'
-import { createTestDatabase, type TestDatabase } from '../support/db'
+import { createTestDatabase, lockCompletionTarget, type TestDatabase } from '../support/db'
 import { createKey, identity, secondsAfter } from '../support/keys'
 import { track, waitFor } from '../support/wait'
 import { KEY_STATES } from '../../src/core/key-states'
@@ -55,17 +55,26 @@ async function keyRow(id: RequestIdentity) {
 }
 
 /**
- * RACERS retries of `id` at `now` while a session holds the key's row lock;
+ * What the test's session holds: what a completion holds between its fence and
+ * its commit (the key's row in the old form, its processing entry in the new:
+ * lockCompletionTarget), or the key's row whatever the form (an operator's
+ * SELECT ... FOR UPDATE; in the old form the same).
+ */
+type Hold = 'completion' | 'row'
+
+/**
+ * RACERS retries of `id` at `now` while a session holds `hold`;
  * then, once it let go, RACERS more at once. Returns what each saw.
  */
-async function race(id: RequestIdentity, now: Date) {
+async function race(id: RequestIdentity, now: Date, hold: Hold = 'completion') {
   const timing = { ttlSeconds: TTL, retentionSeconds: RETENTION, now }
   const holder = await db.sql.reserve()
   let during: ReturnType<typeof track<ClaimResult>>[]
   let answeredWhileLocked: boolean
   try {
     await holder`begin`
-    await holder`select 1 from idempotency_keys where tenant = ${id.tenant} and key = ${id.key} for update`
+    if (hold === 'completion') await lockCompletionTarget(holder, id.key, id.tenant)
+    else await holder`select 1 from idempotency_keys where tenant = ${id.tenant} and key = ${id.key} for update`
     during = Array.from({ length: RACERS }, () => track(claim(racers, id, timing)))
     // The barrier: every retry has either answered, or is queued behind the holder.
     await waitFor(async () => during.every((t) => t.settled()) || (await queuedOnLock()) + during.filter((t) => t.settled()).length === RACERS,
@@ -97,12 +106,25 @@ describe('take-overs never wait on a row lock, and exactly one retry takes a key
     expect(row.lease).not.toBe(before.lease)
   })
 
+  test('reclaim of a stale processing key whose row (not its entry) another session holds', async () => {
+    const id = identity()
+    const lockedAt = new Date()
+    await createKey(db.sql, id, { status: 'processing', lockedAt })
+    const before = await keyRow(id)
+    const seen = await race(id, secondsAfter(lockedAt, TTL + 1), 'row')
+    expect(takeOvers([...seen.whileLocked, ...seen.after])).toBe(1)
+    expect(seen.answeredWhileLocked).toBe(true)
+    expect(seen.whileLocked).toEqual(Array(RACERS).fill('in_progress'))
+    expect((await keyRow(id)).attempts).toBe(before.attempts + 1)
+  })
+
   test('retake of a released key (its last execution failed)', async () => {
     const id = identity()
     await createKey(db.sql, id, { status: 'processing' })
     await db.sql`update idempotency_keys set status = 'released', released_at = now(), owner = null where tenant = ${id.tenant} and key = ${id.key}`
+    await db.sql`delete from idempotency_processing where tenant = ${id.tenant} and key = ${id.key} and lease is not null` // the new form's entry
     const before = await keyRow(id)
-    const seen = await race(id, new Date())
+    const seen = await race(id, new Date(), 'row')
     expect(takeOvers([...seen.whileLocked, ...seen.after])).toBe(1)
     expect(seen.answeredWhileLocked).toBe(true)
     expect(seen.whileLocked).toEqual(Array(RACERS).fill('in_progress'))
@@ -115,7 +137,7 @@ describe('take-overs never wait on a row lock, and exactly one retry takes a key
     const completedAt = new Date()
     await createKey(db.sql, id, { status: 'done', completedAt })
     const before = await keyRow(id)
-    const seen = await race(id, secondsAfter(completedAt, RETENTION + 1))
+    const seen = await race(id, secondsAfter(completedAt, RETENTION + 1), 'row')
     expect(takeOvers([...seen.whileLocked, ...seen.after])).toBe(1)
     expect(seen.answeredWhileLocked).toBe(true)
     expect(seen.whileLocked).toEqual(Array(RACERS).fill('in_progress'))

@@ -2,7 +2,8 @@
  * Plans that do not depend on the table's size or on plan caching: every
  * statement on the request path (claims, batched or alone, completions of
  * both forms, releases, the three take-overs, replays, the payment reads)
- * reaches idempotency_keys and idempotency_processing through their indexes,
+ * reaches idempotency_keys, idempotency_processing and (the new form's,
+ * TEST_KEY_FORM=new) idempotency_answers through their indexes,
  * by a condition, even when its plan is generic and was made while the
  * tables were empty and never analyzed. That is where every deployment
  * starts: a plan cached then is kept while the table grows, and a hash
@@ -21,10 +22,12 @@ import { release } from '../../src/core/release'
 import type { Lease, RequestIdentity } from '../../src/core/types'
 import { startApp, type InProcessService } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
-import { firstLooks } from '../support/autovacuum'
+import { firstLooks, KEY_TABLES } from '../support/autovacuum'
 import { capturePlans, type PlanCapture } from '../support/plans'
 
-const TABLES = ['idempotency_keys', 'idempotency_processing'] as const
+const TABLES = KEY_TABLES
+/** Keys of the new form (sql/engine/00020): the answers are read and written beside the keys. */
+const apart = process.env.TEST_KEY_FORM === 'new'
 
 let db: TestDatabase
 let capture: PlanCapture
@@ -104,6 +107,7 @@ function expectOnlyProbes(): void {
   // Each kind of statement was seen: the claim, its insert into the list, the completion's delete from it,
   // and a statement carrying claims and completions together.
   expect(accesses.some((a) => a.table === 'idempotency_processing')).toBe(true)
+  if (apart) expect(accesses.some((a) => a.table === 'idempotency_answers')).toBe(true)
   expect(accesses.some((a) => a.query.includes('idempotent-post: claim and complete'))).toBe(true)
   expect(accesses.filter((a) => !a.probed || a.index === undefined)).toEqual([])
 }
@@ -111,8 +115,8 @@ function expectOnlyProbes(): void {
 test('every statement of the request path reaches the key tables by their indexes under generic plans on empty, never-analyzed tables', async () => {
   const [never] = await db.sql<{ n: number }[]>`
     select count(*)::int as n from pg_stat_user_tables
-     where relname in ('idempotency_keys', 'idempotency_processing') and coalesce(last_analyze, last_autoanalyze, last_vacuum, last_autovacuum) is null`
-  expect(never!.n).toBe(2)
+     where relname in ${db.sql(TABLES)} and coalesce(last_analyze, last_autoanalyze, last_vacuum, last_autovacuum) is null`
+  expect(never!.n).toBe(TABLES.length)
   await requestPath('empty')
   expectOnlyProbes()
 })
@@ -120,18 +124,34 @@ test('every statement of the request path reaches the key tables by their indexe
 test('and with the statistics of their first autovacuum, which the tables put past the crossover (sql/engine/00006, 00018)', async () => {
   // The least a table has been through when autovacuum first looks at it: its thresholds (with the defaults the
   // list's was 50 entries, a page or four).
-  const { keys, list: listed } = await firstLooks(db.sql)
-  // Keys as a payment leaves them (an insert and a completion each: two changes), the list's rows come and gone.
-  await db.sql`
-    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, completed_at, response_status, response_headers, response_body)
-    select 'acme', 'seed-' || g, 'POST', '/api/payments', encode(sha256(g::text::bytea), 'hex'), 'done', now(), 201,
-           '{"content-type":"application/json"}', '{"id":"' || gen_random_uuid() || '","amount":1000,"currency":"EUR","customer":"cus_' || g || '","status":"succeeded"}'
-      from generate_series(1, ${keys}) g`
-  await db.sql`insert into idempotency_processing select now() + make_interval(secs => g), 'acme', 'gone-' || g, now() from generate_series(1, ${listed}) g`
+  const looks = await firstLooks(db.sql, apart)
+  const answerBody = `'{"id":"' || gen_random_uuid() || '","amount":1000,"currency":"EUR","customer":"cus_' || g || '","status":"succeeded"}'`
+  // Keys as a payment leaves them: of the old form, the answer on the row; of the new, the answer apart (as many of
+  // them as its own first look counts); and the list's rows come and gone.
+  if (apart) {
+    await db.sql.unsafe(`
+      with keys as (
+        insert into idempotency_keys (tenant, key, method, path, digest, locked_at)
+        select 'acme', 'seed-' || g, 'POST', '/api/payments', sha256(g::text::bytea), null from generate_series(1, ${looks.idempotency_keys}) g
+        returning request_id, key
+      )
+      insert into idempotency_answers (tenant, request_id, completed_at, response_status, response_headers, response_body)
+      select 'acme', request_id, now(), 201, '{}', ${answerBody.replaceAll("|| g ||", "|| substr(key, 6) ||")}
+        from keys order by key limit ${looks.idempotency_answers}`)
+  } else {
+    await db.sql.unsafe(`
+      insert into idempotency_keys (tenant, key, method, path, fingerprint, status, completed_at, response_status, response_headers, response_body)
+      select 'acme', 'seed-' || g, 'POST', '/api/payments', encode(sha256(g::text::bytea), 'hex'), 'done', now(), 201,
+             '{"content-type":"application/json"}', ${answerBody}
+        from generate_series(1, ${looks.idempotency_keys}) g`)
+  }
+  await db.sql`insert into idempotency_processing select now() + make_interval(secs => g), 'acme', 'gone-' || g, now() from generate_series(1, ${looks.idempotency_processing}) g`
   await db.sql`delete from idempotency_processing where key like 'gone-%'`
-  await db.sql`vacuum analyze idempotency_keys, idempotency_processing`
+  // Autovacuum never looks at a table nothing changed: in the old form the answers are empty and never analyzed.
+  const looked = apart ? TABLES : TABLES.filter((table) => table !== 'idempotency_answers')
+  await db.sql.unsafe(`vacuum analyze ${looked.join(', ')}`)
   const pages = await db.sql<{ relname: string; relpages: number }[]>`
-    select relname, relpages from pg_class where relname in ('idempotency_keys', 'idempotency_processing') order by relname`
+    select relname, relpages from pg_class where relname in ${db.sql(TABLES)} order by relname`
   console.log(`at the first autovacuum: ${pages.map((row) => `${row.relname} ${row.relpages} pages`).join(', ')}`)
   // The statistics changed: PostgreSQL plans every statement again, on them.
   await requestPath('vacuumed')

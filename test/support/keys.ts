@@ -34,18 +34,57 @@ export interface KeyState {
   completedAt?: Date
 }
 
-/** Puts a key directly in any state, as a crashed or finished worker would have left it. */
-export async function createKey(sql: postgres.Sql, id: RequestIdentity, state: KeyState): Promise<{ lease: string }> {
+/**
+ * Whether the database claims keys in the new form (sql/engine/00020: the
+ * answer apart, the lease on the processing entry): the keys made here take
+ * the form a claim there would, so a test of a key in some state tests the
+ * form the database runs (TEST_KEY_FORM=new, test/support/db.ts).
+ */
+async function claimsApart(sql: postgres.Sql): Promise<boolean> {
+  const [row] = await sql<{ apart: boolean }[]>`
+    select to_regclass('idempotency_key_form') is not null
+           and coalesce((select form = 'new' from idempotency_key_form where id = 1), false) as apart`
+  return row!.apart
+}
+
+/** Keys `rows` (a relation of tenant, key, fingerprint as hex), all in `state`, in the database's form; their leases. */
+async function insertKeys(sql: postgres.Sql, rows: postgres.PendingQuery<postgres.Row[]>, state: KeyState): Promise<{ lease: string }[]> {
   const done = state.status === 'done'
   const completedAt = done ? (state.completedAt ?? new Date()) : null
   const lockedAt = state.lockedAt ?? completedAt ?? new Date()
-  const [row] = await sql<{ lease: string }[]>`
-    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at,
-                                  completed_at, response_status, response_headers, response_body)
-    values (${id.tenant}, ${id.key}, ${id.method}, ${id.path}, ${id.fingerprint}, ${state.status}, ${lockedAt}, ${lockedAt},
-            ${completedAt}, ${done ? 201 : null},
-            ${done ? sql.json({ 'content-type': 'application/json' }) : null}, ${done ? '{"stored":true}' : null})
-    returning lease`
+  if (!await claimsApart(sql)) {
+    return sql<{ lease: string }[]>`
+      insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at,
+                                    completed_at, response_status, response_headers, response_body)
+      select r.tenant, r.key, r.method, r.path, r.fingerprint, ${state.status}, ${lockedAt}, ${lockedAt}, ${completedAt}, ${done ? 201 : null},
+             ${done ? sql.json({ 'content-type': 'application/json' }) : null}, ${done ? '{"stored":true}' : null}
+        from ${rows} r
+      returning lease::text`
+  }
+  // The new form: the row as its claim wrote it, with its answer (done) or its entry (processing, its
+  // deadline the settings' TTL after its lease's time, as the old form's trigger dates it).
+  return sql<{ lease: string }[]>`
+    with k as (
+      insert into idempotency_keys (tenant, key, method, path, digest, created_at, locked_at)
+      select r.tenant, r.key, r.method, r.path, decode(r.fingerprint, 'hex'), ${lockedAt}, null from ${rows} r
+      returning tenant, key, lease, request_id
+    ),
+    answered as (
+      insert into idempotency_answers (tenant, request_id, completed_at, response_status, response_headers, response_body)
+      select k.tenant, k.request_id, ${completedAt}, 201, '{}', '{"stored":true}' from k where ${done}
+    ),
+    listed as (
+      insert into idempotency_processing (stale_at, tenant, key, locked_at, lease)
+      select ${lockedAt}::timestamptz + make_interval(secs => coalesce((select ttl_seconds from idempotency_settings), 30)), k.tenant, k.key, ${lockedAt}, k.lease
+        from k where not ${done}
+    )
+    select lease::text from k`
+}
+
+/** Puts a key directly in any state, as a crashed or finished worker would have left it. */
+export async function createKey(sql: postgres.Sql, id: RequestIdentity, state: KeyState): Promise<{ lease: string }> {
+  const [row] = await insertKeys(sql, sql`(select ${id.tenant}::text as tenant, ${id.key}::text as key, ${id.method}::text as method,
+    ${id.path}::text as path, ${id.fingerprint}::text as fingerprint)`, state)
   return row!
 }
 
@@ -60,16 +99,8 @@ export interface ManyKeys extends KeyState {
 
 /** `count` keys in one state, in one statement: for tables that must look busy. */
 export async function createKeys(sql: postgres.Sql, count: number, state: ManyKeys): Promise<void> {
-  const done = state.status === 'done'
-  const completedAt = done ? (state.completedAt ?? new Date()) : null
-  const lockedAt = state.lockedAt ?? completedAt ?? new Date()
-  await sql`
-    insert into idempotency_keys (tenant, key, method, path, fingerprint, status, created_at, locked_at,
-                                  completed_at, response_status, response_headers, response_body)
-    select ${state.tenant ?? 'acme'}, ${state.prefix} || i, 'POST', '/api/payments', ${state.fingerprint ?? fingerprintOf(state.prefix)},
-           ${state.status}, ${lockedAt}, ${lockedAt}, ${completedAt}, ${done ? 201 : null},
-           ${done ? sql.json({ 'content-type': 'application/json' }) : null}, ${done ? '{"stored":true}' : null}
-      from generate_series(1, ${count}) i`
+  await insertKeys(sql, sql`(select ${state.tenant ?? 'acme'}::text as tenant, ${state.prefix} || i as key, 'POST' as method,
+    '/api/payments' as path, ${state.fingerprint ?? fingerprintOf(state.prefix)}::text as fingerprint from generate_series(1, ${count}) i)`, state)
 }
 
 export const secondsAfter = (date: Date, seconds: number) => new Date(date.getTime() + seconds * 1000)

@@ -15,6 +15,7 @@ export interface PlanNode {
   'Index Name'?: string
   'Index Cond'?: string
   'Recheck Cond'?: string
+  'TID Cond'?: string
   Plans?: PlanNode[]
 }
 
@@ -80,7 +81,7 @@ export function capturePlans(url: string): PlanCapture {
         node: node['Node Type'],
         // A bitmap heap scan's index is its child's.
         index: node['Index Name'] ?? node.Plans?.find((child) => child['Index Name'])?.['Index Name'],
-        probed: node['Index Cond'] !== undefined || node['Recheck Cond'] !== undefined,
+        probed: node['Index Cond'] !== undefined || node['Recheck Cond'] !== undefined || node['TID Cond'] !== undefined,
         query: query.replace(/\s+/g, ' ').trim().slice(0, 160),
       }))),
     statements: () => plans.length,
