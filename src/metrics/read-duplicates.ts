@@ -1,5 +1,4 @@
 import type { Sql } from '../core/types'
-import { KEY_STATES } from '../core/key-states'
 
 /**
  * $1 now (null: the database's), $2 window seconds, $3 the TTL, $4 at most
@@ -32,13 +31,21 @@ import { KEY_STATES } from '../core/key-states'
  * was never chosen (recent rows are not all-visible), see
  * docs/reference/metrics.md.
  *
+ * A completed key is one with a completion time: the row's in the old form,
+ * its answer's in the new (sql/engine/00020), read by a subquery per key, a
+ * probe of the answers' primary key; a join there could be planned as a read
+ * of the whole answer table, every few seconds.
+ *
  * Concurrency: a plain MVCC read, no row locks; run under a statement timeout
  * of its own, so a slow aggregate never holds back the processing gauges.
  */
 export const DUPLICATES_SQL = `
   with newest as (
-    select k.tenant, k.path, k.fingerprint, k.status, k.completed_at, k.created_at
-      from ${KEY_STATES} k
+    select k.tenant, k.path, coalesce(k.fingerprint, encode(k.digest, 'hex')) as fingerprint, k.created_at,
+           case when k.digest is null then case when k.status = 'done' then k.completed_at end
+                when k.status is null then (select a.completed_at from idempotency_answers a
+                                             where a.tenant = k.tenant and a.request_id = k.request_id) end as completed_at
+      from idempotency_keys k
      where k.created_at > coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8 + $3::float8)
      order by k.created_at desc
      limit $4::int),
@@ -46,8 +53,7 @@ export const DUPLICATES_SQL = `
     select d.tenant, sum(d.completions - 1)::float8 as value
       from (select n.tenant, count(*) as completions
               from newest n
-             where n.status = 'done'
-               and n.completed_at > coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+             where n.completed_at > coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
              group by n.tenant, n.path, n.fingerprint
             having count(*) > 1) d
      group by d.tenant)

@@ -1,6 +1,5 @@
 import { cutoffText, retentionEndText } from '../core/policy'
 import type { Sql } from '../core/types'
-import { KEY_STATES } from '../core/key-states'
 
 const NOW = 'coalesce($1::timestamptz, now())'
 
@@ -23,15 +22,23 @@ const NOW = 'coalesce($1::timestamptz, now())'
  * 1,134 ms (past the gauges' 1 s timeout, once), then 38 and 7.6 ms. A purge
  * deletes a few seconds' worth between two refreshes.
  *
+ * A key of the new form (sql/engine/00020) is judged by its answer, probed
+ * per key the scan reaches (policy.ts answeredExpired), never by a join the
+ * planner could turn into a read of the whole answer table (the purge's
+ * statement did: core/purge.ts).
+ *
  * Concurrency: a plain MVCC read, no row locks, under the gauges' statement
  * timeout (gauges.ts).
  */
 export const PURGE_OVERDUE_SQL = `
   select coalesce(max(extract(epoch from ${NOW} - ${retentionEndText('$2::float8')})), 0)::float8 as overdue
-    from (select k.completed_at, k.released_at
-            from ${KEY_STATES} k
+    from (select coalesce(k.completed_at, (select a.completed_at from idempotency_answers a
+                                            where k.digest is not null and a.tenant = k.tenant and a.request_id = k.request_id)) as completed_at,
+                 k.released_at
+            from idempotency_keys k
            where ${cutoffText('retentionCandidate', NOW, '$2::float8')}
-             and (${cutoffText('expired', NOW, '$2::float8')} or ${cutoffText('releasedExpired', NOW, '$2::float8')})
+             and (${cutoffText('expired', NOW, '$2::float8')} or ${cutoffText('releasedExpired', NOW, '$2::float8')}
+                  or ${cutoffText('answeredExpired', NOW, '$2::float8')})
            order by k.created_at
            limit 1) k`
 

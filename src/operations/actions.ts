@@ -8,7 +8,7 @@
 import { recordAudit } from '../core/audit'
 import { expireStale, type ExpireStaleResult } from '../core/expire-stale'
 import { forceExpire, type ExpireTarget, type ForceExpireResult } from '../core/force-expire'
-import { expired, releasedExpired, stale, staleEntry } from '../core/policy'
+import { answeredExpired, expired, releasedExpired, stale, staleEntry } from '../core/policy'
 import { readKeptRetentionSeconds } from '../core/processes'
 import { purgeExpired } from '../core/purge'
 import { OperationInputError, type OperationsContext } from './context'
@@ -95,8 +95,9 @@ export async function previewPurge(context: OperationsContext): Promise<PurgePre
   const retentionSeconds = await readKeptRetentionSeconds(sql, context.retentionSeconds)
   const [row] = await sql<{ as_of: Date; done: number; released: number }[]>`
     select coalesce(${now}::timestamptz, now()) as as_of,
-           (select count(*)::int from ${sql.unsafe(KEY_STATES)} k where ${expired(sql, now, retentionSeconds)}) as done,
-           (select count(*)::int from ${sql.unsafe(KEY_STATES)} k where ${releasedExpired(sql, now, retentionSeconds)}) as released`
+           (select count(*)::int from idempotency_keys k
+             where ${expired(sql, now, retentionSeconds)} or ${answeredExpired(sql, now, retentionSeconds)}) as done,
+           (select count(*)::int from idempotency_keys k where ${releasedExpired(sql, now, retentionSeconds)}) as released`
   return { asOf: row!.as_of, done: row!.done, released: row!.released, retentionSeconds }
 }
 

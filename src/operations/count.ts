@@ -1,4 +1,4 @@
-import { expired, releasedExpired, stale } from '../core/policy'
+import { answeredExpired, expired, releasedExpired, stale } from '../core/policy'
 import { readKeptRetentionSeconds } from '../core/processes'
 import type { OperationsContext } from './context'
 import { filterConditions, type KeyFilters } from './filters'
@@ -45,9 +45,9 @@ export async function countKeys(context: OperationsContext, filters: KeyFilters,
     select coalesce((select processing from processing), 0) as processing,
            coalesce((select stale from processing), 0) as stale,
            (select oldest from processing) as oldest,
-           (select count(*)::int from ${sql.unsafe(KEY_STATES)} k
-             where ${expired(sql, now, retentionSeconds)} ${filterConditions(sql, filters)})
-         + (select count(*)::int from ${sql.unsafe(KEY_STATES)} k
+           (select count(*)::int from idempotency_keys k
+             where (${expired(sql, now, retentionSeconds)} or ${answeredExpired(sql, now, retentionSeconds)}) ${filterConditions(sql, filters)})
+         + (select count(*)::int from idempotency_keys k
              where ${releasedExpired(sql, now, retentionSeconds)} ${filterConditions(sql, filters)}) as expired,
            ${options.withDone ? sql`(select count(*)::int from ${sql.unsafe(KEY_STATES)} k where k.status = 'done' ${filterConditions(sql, filters)})` : sql`null::int`} as done`
   const counts = row!

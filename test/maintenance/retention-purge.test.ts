@@ -8,7 +8,7 @@ import { processAlive, startHeartbeat } from '../../src/core/processes'
 import { operations } from '../../src/operations'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
-import { createKeys, identity, secondsBefore } from '../support/keys'
+import { createKeys, deleteKeys, identity, secondsBefore } from '../support/keys'
 import { startServer } from '../support/server'
 import { waitFor } from '../support/wait'
 import type { Logger } from '../../src/log'
@@ -97,7 +97,7 @@ test('a purge batch skips rows another transaction holds, and deletes them once 
 // Catches: a run whose every batch starts at the oldest key, walking again every key it already deleted
 // (they stay in the created_at index until vacuum: 62 ms a batch against 3.2 ms at 10 M keys, BENCHMARKS.md).
 test('a run goes on from where its last batch ended; a key skipped while locked waits for the next run', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   // Six expired keys created a second apart, the oldest first.
   for (let i = 0; i < 6; i++) await seedDone(`step-${i}-`, 1, RETENTION + 600 - i)
   const holder = await db.sql.reserve()
@@ -123,14 +123,14 @@ test('a run goes on from where its last batch ended; a key skipped while locked 
 })
 
 test('with `now` moved forward, the purge deletes what has expired by then (no sleeping)', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   await seedDone('later-', 3, 10)
   expect(await purgeExpired(db.pools.short, { retentionSeconds: RETENTION })).toBe(0)
   expect(await purgeExpired(db.pools.short, { retentionSeconds: RETENTION, now: new Date(Date.now() + RETENTION * 1000) })).toBe(3)
 })
 
 test('after each full batch the purge pauses four times as long as the batch took (a fifth of a connection), within bounds', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   await seedDone('paced-', 35, RETENTION + 60)
   // Each batch takes 3 ms by this clock, whatever the machine: a pause of 12 ms after each full one.
   let tick = 0
@@ -153,7 +153,7 @@ test('after each full batch the purge pauses four times as long as the batch too
 
 /** The pauses of one purge run over 25 expired keys in batches of 10, each batch timed at 3 ms, with `processes` beating beside it. */
 async function pausesBeside(prefix: string, processes: readonly Record<string, unknown>[]): Promise<number[]> {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   await seedDone(prefix, 25, RETENTION + 60)
   const rows = processes.map((row) => ({ id: crypto.randomUUID(), pid: 1, hostname: 'purge-test', ...row }))
   await db.sql`insert into idempotency_processes ${db.sql(rows)}`
@@ -201,7 +201,7 @@ test('a heartbeat says whether its process purges and how long it keeps keys, an
 })
 
 test('purges told their heartbeat take turns: only the oldest live process that purges deletes, at the whole fifth, and the next takes over when it stops', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   await seedDone('turns-', 25, RETENTION + 60)
   // Beside them: a process that said nothing, which shares by count (the leader counts it), and an older one that beats without a purge.
   const others = [{ purges: null }, { purges: false, started_at: secondsBefore(new Date(), 60) }]
@@ -242,7 +242,7 @@ test('purges told their heartbeat take turns: only the oldest live process that 
 })
 
 test('a purge keeps keys as long as the longest retention a process says, live or gone less than that ago', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   // Past this process's retention by a minute (another process still replays them), and past both.
   await seedDone('kept-', 3, RETENTION + 60)
   await seedDone('kept-old-', 2, 2 * RETENTION + 60)
@@ -287,7 +287,7 @@ test('a purge keeps keys as long as the longest retention a process says, live o
 })
 
 test('a process that died is kept to its retention as one that stopped; a stop without a retention leaves no row', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   await seedDone('died-', 2, RETENTION + 60)
   // SIGKILLed half an hour ago, keeping keys twice as long as this process: its row stays as its last beat left it.
   const died = crypto.randomUUID()
@@ -313,7 +313,7 @@ test('a process that died is kept to its retention as one that stopped; a stop w
 })
 
 test('a purge told its heartbeat purges when no live process says it purges (its own heartbeat failing)', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   await seedDone('alone-', 5, RETENTION + 60)
   // A process that says it purges, but whose heartbeat is a minute old: gone.
   await db.sql`insert into idempotency_processes (id, pid, hostname, purges, heartbeat_at, started_at)
@@ -328,7 +328,7 @@ test('a purge told its heartbeat purges when no live process says it purges (its
 })
 
 test('a process that starts during a run is counted within a heartbeat interval, not at the next run', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   await seedDone('joined-', 35, RETENTION + 60)
   let tick = 0
   const pauses: number[] = []
@@ -355,7 +355,7 @@ test('a process that starts during a run is counted within a heartbeat interval,
 })
 
 test('a run that stops at its batch limit with a backlog left is followed by the next at once, not after the interval', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   await seedDone('backlog-', 55, RETENTION + 60)
   const deleted: number[] = []
   const log = { info: (_: string, fields?: { purged?: number }) => { if (fields?.purged) deleted.push(fields.purged) }, warn: () => undefined, error: () => undefined, debug: () => undefined }
@@ -421,7 +421,7 @@ test('two servers take turns: the younger stands by while the older purges, and 
 }, 60_000)
 
 test('a server that does not purge shows it: idempotency_purge_overdue_seconds grows with the keys past its retention', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   // Its purge an hour away, its retention a minute: a key completed ten minutes ago waits nine past it.
   const server = await startServer(db.url, { IDEMPOTENCY_RETENTION_SECONDS: '60', PURGE_INTERVAL_MS: '3600000', METRICS_CACHE_MS: '0' })
   try {
@@ -436,7 +436,7 @@ test('a server that does not purge shows it: idempotency_purge_overdue_seconds g
 }, 30_000)
 
 test('two servers with different retentions on one database: the shorter one\'s purge keeps what the longer one still replays, also while it is stopped', async () => {
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
   const env = { IDEMPOTENCY_TTL_SECONDS: '1', PURGE_INTERVAL_MS: '200', METRICS_CACHE_MS: '0' }
   // The older purges (the purges take turns); its retention is 10 s, the younger's 10 minutes.
   const shorter = await startServer(db.url, { ...env, IDEMPOTENCY_RETENTION_SECONDS: '10' })

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { UNSUPPORTED_UNDER_BUN } from '../../src/metrics/process'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 import { payment, postPayment } from '../support/http'
-import { createKey, fingerprintOf, identity } from '../support/keys'
+import { createKey, deleteKeys, fingerprintOf, identity } from '../support/keys'
 import { startGatedProvider, startServer, type GatedProvider, type ServerProcess } from '../support/server'
 import { waitForClaims } from '../support/wait'
 import { sample } from './factories'
@@ -121,7 +121,7 @@ test('METRICS_DUPLICATE_WINDOW_KEYS bounds what the duplicates query reads, and 
     expect(sample(newest, 'idempotency_duplicate_window_seconds')).toBeLessThan(600)
   } finally {
     await bounded.stop()
-    await db.sql`delete from idempotency_keys where key like 'bound-%'`
+    await deleteKeys(db.sql, 'bound-')
   }
 }, 30_000)
 

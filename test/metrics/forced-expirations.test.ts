@@ -10,6 +10,7 @@ import { DatabaseGauges } from '../../src/metrics/gauges'
 import { readForcedExpirations } from '../../src/metrics/read-forced-expirations'
 import { createMetrics } from '../../src/metrics/registry'
 import { createTestDatabase, type TestDatabase } from '../support/db'
+import { deleteKeys } from '../support/keys'
 import { sample } from '../metrics/factories'
 
 let db: TestDatabase
@@ -17,7 +18,7 @@ beforeAll(async () => { db = await createTestDatabase('forced_expirations') })
 afterAll(async () => { await db?.drop() })
 beforeEach(async () => {
   await db.sql`truncate idempotency_audit restart identity`
-  await db.sql`delete from idempotency_keys`
+  await deleteKeys(db.sql)
 })
 
 const METRIC = 'idempotency_forced_expirations_total'

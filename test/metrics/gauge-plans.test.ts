@@ -46,8 +46,21 @@ test('the stale-key and oldest-age query never reads the keys table: only the pr
   expect(scans.length).toBe(2)
 })
 
+/** A new-form key's answer (sql/engine/00020) is read by its primary key, one key at a time: never the answer table whole. */
+async function expectAnswersProbed(sql: string, params: unknown[]): Promise<void> {
+  const scans = await scansOf(sql, params, 'idempotency_answers')
+  expect(scans.map((scan) => [scan['Node Type'], scan['Index Name']])).toEqual(scans.map(() => ['Index Scan', 'idempotency_answers_pkey']))
+}
+
+test('the seed is in the database\'s key form', async () => {
+  const [row] = await db.sql<{ answers: number; apart: boolean }[]>`
+    select (select count(*)::int from idempotency_answers) as answers, (select form = 'new' from idempotency_key_form) as apart`
+  expect(row!.answers).toBe(row!.apart ? DONE : 0)
+})
+
 test('the duplicates query reads only the recent window of the created_at index, newest first, and stops at its bound', async () => {
   const scans = await scansOf(DUPLICATES_SQL, duplicatesParameters(DUPLICATE_WINDOW_SECONDS, 30, DUPLICATE_WINDOW_KEYS, NOW))
+  await expectAnswersProbed(DUPLICATES_SQL, duplicatesParameters(DUPLICATE_WINDOW_SECONDS, 30, DUPLICATE_WINDOW_KEYS, NOW))
   expect(scans.length).toBe(1)
   expect(scans[0]!['Node Type']).not.toBe('Seq Scan')
   expect(scans[0]!['Index Name']).toBe('idempotency_keys_created_at')
@@ -68,6 +81,7 @@ test('the purge-overdue query reads the created_at index from the oldest, and st
   for (const retention of [3_600, 86_400]) {
     const scans = await scansOf(PURGE_OVERDUE_SQL, purgeOverdueParameters(retention, NOW))
     expect(scans.map((scan) => [scan['Node Type'], scan['Index Name'], scan['Scan Direction']])).toEqual([['Index Scan', 'idempotency_keys_created_at', 'Forward']])
+    await expectAnswersProbed(PURGE_OVERDUE_SQL, purgeOverdueParameters(retention, NOW))
   }
   // Keys 0.432 s apart over the day before NOW: with an hour's retention the oldest (a day old) is 82,800 s past it.
   expect(await readPurgeOverdue(db.pools.short, 3_600, NOW)).toBeCloseTo(86_400 - 3_600, 0)

@@ -2,13 +2,13 @@ import { afterAll, beforeAll, beforeEach, expect, test } from 'bun:test'
 import { createLogger } from '../../src/log'
 import { DatabaseGauges } from '../../src/metrics/gauges'
 import { createTestDatabase, type TestDatabase } from '../support/db'
-import { createKey, fingerprintOf, identity } from '../support/keys'
+import { createKey, deleteKeys, fingerprintOf, identity } from '../support/keys'
 import { sample } from './factories'
 
 let db: TestDatabase
 beforeAll(async () => { db = await createTestDatabase('gauges') })
 afterAll(async () => { await db?.drop() })
-beforeEach(async () => { await db.sql`delete from idempotency_keys` })
+beforeEach(async () => { await deleteKeys(db.sql) })
 
 const NOW = new Date('2030-01-01T12:00:00Z')
 const ago = (seconds: number) => new Date(NOW.getTime() - seconds * 1000)
@@ -126,7 +126,7 @@ test('the purge\'s overdue seconds: how long past its retention the next key the
   await createKey(db.sql, identity({ key: 'next' }), { status: 'done', lockedAt: ago(retention + 200), completedAt: ago(retention + 120) })
   await createKey(db.sql, identity({ key: 'after' }), { status: 'done', lockedAt: ago(retention + 150), completedAt: ago(retention + 140) })
   expect(await overdue()).toBe(120)
-  await db.sql`delete from idempotency_keys where key = 'next'`
+  await deleteKeys(db.sql, 'next')
   expect(await overdue()).toBe(140)
   expect(sample(await scrape(gauges({ retentionSeconds: retention })), 'idempotency_gauges_refresh_failed', { query: 'purge' })).toBe(0)
 })

@@ -38,7 +38,7 @@ export interface KeyState {
  * Whether the database claims keys in the new form (sql/engine/00020: the
  * answer apart, the lease on the processing entry): the keys made here take
  * the form a claim there would, so a test of a key in some state tests the
- * form the database runs (TEST_KEY_FORM=new, test/support/db.ts).
+ * form the database runs (TEST_KEY_FORM, test/support/db.ts).
  */
 async function claimsApart(sql: postgres.Sql): Promise<boolean> {
   const [row] = await sql<{ apart: boolean }[]>`
@@ -105,3 +105,20 @@ export async function createKeys(sql: postgres.Sql, count: number, state: ManyKe
 
 export const secondsAfter = (date: Date, seconds: number) => new Date(date.getTime() + seconds * 1000)
 export const secondsBefore = (date: Date, seconds: number) => secondsAfter(date, -seconds)
+
+/**
+ * Deletes every key (or those of `keyPrefix`) in either form: its row, its
+ * processing entry and its answer. In the old form a trigger deletes a
+ * processing key's entry with its row; a key of the new form keeps its entry
+ * and answer apart (sql/engine/00020), and only the engine's statements
+ * delete them together.
+ */
+export async function deleteKeys(sql: postgres.Sql, keyPrefix?: string): Promise<void> {
+  const like = `${(keyPrefix ?? '').replace(/[\\%_]/g, (c) => `\\${c}`)}%`
+  await sql.begin(async (tx) => {
+    await tx`delete from idempotency_answers a using idempotency_keys k
+              where k.digest is not null and a.tenant = k.tenant and a.request_id = k.request_id and k.key like ${like}`
+    await tx`delete from idempotency_processing where key like ${like}`
+    await tx`delete from idempotency_keys where key like ${like}`
+  })
+}
