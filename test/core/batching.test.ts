@@ -388,7 +388,7 @@ describe('claims and completions in one statement (core/lane.ts)', () => {
 
 // The old form's mechanics: a completion updates the key's row (sql/engine/00020). In the new form it
 // touches only the processing entry and the answer, so neither the lock nor the update below happens.
-const oldForm = process.env.TEST_KEY_FORM !== 'new'
+const oldForm = process.env.TEST_KEY_FORM === 'old'
 
 describe.if(oldForm)('a deadlock with another session', () => {
   // Catches: a shared statement that meets a lock cycle (it holds A, waits for B; another session holds B, waits

@@ -219,13 +219,18 @@ async function buildTemplate(name: string, fill: (url: string) => Promise<void>,
 }
 
 /**
- * The form new claims take in database `url` (sql/engine/00020): 'new' runs
- * the key's answer apart. TEST_KEY_FORM=new gives every test database it.
+ * The form new claims take in database `url` (sql/engine/00020): 'new' (the
+ * answer apart, since sql/engine/00022 a migrated database's) or 'old' (as on
+ * a database whose switch waits for an older release's processes, the key
+ * table filled to the payments' 35 % again). TEST_KEY_FORM gives every test
+ * database one.
  */
 export async function setKeyForm(url: string, form: string): Promise<void> {
+  if (form !== 'old' && form !== 'new') throw new Error(`TEST_KEY_FORM: old or new, not ${JSON.stringify(form)}`)
   const sql = connect(url)
   try {
     await sql`update idempotency_key_form set form = ${form} where id = 1`
+    await sql.unsafe(`alter table idempotency_keys set (fillfactor = ${form === 'old' ? 35 : 100})`)
   } finally {
     await sql.end()
   }

@@ -70,6 +70,13 @@ afterAll(async () => {
   if (temp) rmSync(temp, { recursive: true, force: true })
 })
 
+/** The form new claims take (sql/engine/00020, switched by 00022), and the key table's fillfactor. */
+async function keyForm(): Promise<{ form: string | null; fillfactor: string | undefined }> {
+  const [row] = await sql<{ form: string | null; options: string[] | null }[]>`
+    select (select form from idempotency_key_form where id = 1) as form, (select reloptions from pg_class where oid = 'idempotency_keys'::regclass) as options`
+  return { form: row!.form, fillfactor: row!.options?.find((option) => option.startsWith('fillfactor=')) }
+}
+
 const env = () => ({ DATABASE_URL: dbUrl, PAYMENT_PROVIDER_URL: provider.url, API_KEYS, ADMIN_TOKEN, NODE_ENV: 'test' })
 
 async function start(release: 'previous' | 'this'): Promise<SpawnedService> {
@@ -170,6 +177,9 @@ test.skipIf(!history)('0.2.0 → this release, one instance at a time under a re
   // Expand, while 0.2.0 serves: its online steps apply; the contract step waits for the 0.2.0 processes.
   const expanded = await migrateWith('this')
   expect(expanded).toMatch(/contract step service 5 \(session_credentials_required\) not applied: 2 live process\(es\)/)
+  // And the switch to the key's new form (sql/engine/00022), which 0.2.0 would misread: keys stay in the old form.
+  expect(expanded).toMatch(/contract step engine 22 \(claims_apart\) not applied: 2 live process\(es\)/)
+  expect(await keyForm()).toEqual({ form: 'old', fillfactor: 'fillfactor=35' })
   // 0.2.0 keeps writing what the contract step would forbid (a session without its credential): it still can.
   const signedIn = await signIn(a.url)
   expect((await fetch(`${a.url}/admin`, { headers: { cookie: signedIn.cookie } })).status).toBe(200)
@@ -194,11 +204,19 @@ test.skipIf(!history)('0.2.0 → this release, one instance at a time under a re
   expect(contracted).not.toContain('not applied')
   const [recorded] = await sql<{ version: number }[]>`select max(version)::int as version from service_migrations`
   expect(recorded!.version).toBe(migrationsOf(SERVICE_MIGRATIONS).length)
-  // This release serves on after it.
+  expect(await keyForm()).toEqual({ form: 'new', fillfactor: 'fillfactor=100' })
+  // This release serves on after it: a new key in the new form, and a key completed before in the old form replayed.
   const after = `after-contract-${crypto.randomUUID()}`
   bodies.set(after, payment({ customer: `cus_${after}` }))
   const last = await post(replaced[0]!.url, after, bodies.get(after)!)
   expect(last.status).toBe(201)
+  const [before] = [...bodies.keys()]
+  const again = await post(replaced[1]!.url, before!, bodies.get(before!)!)
+  const [forms] = await sql<{ after: boolean; before: boolean }[]>`
+    select (select digest is not null from idempotency_keys where key = ${after}) as after,
+           (select digest is not null from idempotency_keys where key = ${before!}) as before`
+  expect({ ...forms, replayed: again.status, same: again.paymentId === (await paymentsByKey(sql)).get(before!)?.[0] })
+    .toEqual({ after: true, before: false, replayed: 201, same: true })
 
   const tally: Record<string, number> = {}
   for (const s of answers) tally[`${s.status}${s.code ? ` ${s.code}` : ''}`] = (tally[`${s.status}${s.code ? ` ${s.code}` : ''}`] ?? 0) + 1

@@ -1,0 +1,22 @@
+-- @contract requires engine 20
+-- The answer apart (issue 40; docs/explanation/scaling.md), second step: new
+-- claims take the new form (00020), and the key table is filled whole.
+--
+-- A key of the new form is written once, at its claim, and never grows: its
+-- answer is a row of idempotency_answers, its request in flight its processing
+-- entry. Nothing needs the room the old form's fillfactor kept for the
+-- completed version beside each claim (00010: 32; the service's 35), so the
+-- table's pages are filled whole: 761 B a completed key at 10 M keys, with its
+-- answer and indexes, against 1,300 B in the old form (BENCHMARKS.md).
+--
+-- Keys claimed before stay in the old form until they are purged: every
+-- statement reads and writes either (src/core/key-states.ts). A claim reads the
+-- form with its statement, so a process switches with its next claim.
+--
+-- A contract step: a process of a release before engine 20 reads the key row
+-- for the answer, and would take a key of the new form for one in flight. The
+-- runner applies it once every live process knows engine 20 (src/store/migrate.ts).
+-- The storage parameter takes SHARE UPDATE EXCLUSIVE, which no read or write
+-- waits on; pages are filled whole from their next insert.
+update idempotency_key_form set form = 'new' where id = 1;
+alter table idempotency_keys set (fillfactor = 100);
