@@ -7,6 +7,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import { freePort } from '../../test/chaos/clients'
+import { backdateKey } from '../../test/support/keys'
 import { waitFor } from '../../test/support/wait'
 import { createOrdersApp } from './app'
 import { startWarehouse, type Warehouse } from './warehouse'
@@ -79,7 +80,7 @@ test('a body outside the schema is a 400 and stores nothing', async () => {
 })
 
 test('a key past its retention is deleted by the app\'s purge; the order stays', async () => {
-  await sql`update idempotency_keys set created_at = created_at - interval '2 days', completed_at = completed_at - interval '2 days' where key = 'order-1'`
+  await backdateKey(sql, 'order-1', 2 * 86_400)
   expect(await orders.purge.runOnce()).toBe(1)
   expect(await sql`select 1 from idempotency_keys where key = 'order-1'`).toHaveLength(0)
   expect(await sql`select 1 from idempotency_keys where key = 'order-2'`).toHaveLength(1)

@@ -18,6 +18,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import postgres from 'postgres'
 import pkg from '../../package.json' with { type: 'json' }
+import { backdateKey } from '../support/keys'
 import { waitFor } from '../support/wait'
 
 const REPO = join(import.meta.dir, '..', '..')
@@ -160,7 +161,7 @@ test.skipIf(!npm)('its own idempotent route against a database: one email per ke
   const held = send('mail-2', { to: 'hold@example.com', subject: 'Wait' })
   const sql = postgres(database!.url, { max: 1, onnotice: () => undefined })
   try {
-    await waitFor(async () => (await sql`select 1 from idempotency_keys where key = 'mail-2' and status = 'processing'`).length === 1, 'the held email to claim its key')
+    await waitFor(async () => (await sql`select 1 from idempotency_key_states where key = 'mail-2' and status = 'processing'`).length === 1, 'the held email to claim its key')
     const busy = await send('mail-2', { to: 'hold@example.com', subject: 'Wait' })
     expect(busy.status).toBe(409)
     expect(Number(busy.headers.get('retry-after'))).toBeGreaterThanOrEqual(1)
@@ -175,7 +176,7 @@ test.skipIf(!npm)('its own idempotent route against a database: one email per ke
     expect((await send('mail-3', { to: 'eve@blocked.example', subject: 'Hi' })).headers.get('idempotent-replayed')).toBe('true')
 
     // The app's purge: a key past its retention (its times moved back two days) is deleted, the others stay.
-    await sql`update idempotency_keys set created_at = created_at - interval '2 days', completed_at = completed_at - interval '2 days' where key = 'mail-1'`
+    await backdateKey(sql, 'mail-1', 2 * 86_400)
     await waitFor(async () => (await sql`select 1 from idempotency_keys where key = 'mail-1'`).length === 0, 'the app\'s purge to delete mail-1')
     expect((await sql`select key from idempotency_keys order by key`).map((row) => row.key)).toEqual(['mail-2', 'mail-3'])
 

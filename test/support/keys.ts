@@ -122,3 +122,17 @@ export async function deleteKeys(sql: postgres.Sql, keyPrefix?: string): Promise
     await tx`delete from idempotency_keys where key like ${like}`
   })
 }
+
+/**
+ * Moves key `key` (of any tenant) `seconds` into the past, as if it had been
+ * claimed and completed that much earlier: its row's times, and in the new
+ * form (sql/engine/00020) its answer's completion time.
+ */
+export async function backdateKey(sql: postgres.Sql, key: string, seconds: number): Promise<void> {
+  await sql.begin(async (tx) => {
+    await tx`update idempotency_answers a set completed_at = a.completed_at - make_interval(secs => ${seconds})
+               from idempotency_keys k where k.key = ${key} and k.digest is not null and a.tenant = k.tenant and a.request_id = k.request_id`
+    await tx`update idempotency_keys set created_at = created_at - make_interval(secs => ${seconds}),
+               completed_at = completed_at - make_interval(secs => ${seconds}) where key = ${key}`
+  })
+}
