@@ -48,7 +48,7 @@ const parallel = ['--parallel', '--timings=test/timings.json']
 let code = await bunTest(args.length > 0 ? [...parallel, ...args] : [...parallel, ...ALONE.map((file) => `--path-ignore-patterns=${file}`)])
 if (args.length === 0 && !stopped) code = Math.max(code, await bunTest(ALONE))
 // The engine and the operators' reads again with every key in the old form: a database whose switch to the new
-// one (sql/engine/00022) waits for an older release's processes, and the keys claimed before it. The same
+// one (sql/engine/00023) waits for an older release's processes, and the keys claimed before it. The same
 // exactly-once, fencing and take-over tests on a key whose answer is on its row.
 if (args.length === 0 && !stopped) code = Math.max(code, await bunTest(['--parallel', 'test/core', 'test/operations'], { TEST_KEY_FORM: 'old' }))
 await embedded?.stop()

@@ -67,6 +67,15 @@ export type Instant = Date | null | undefined | Fragment
 /** A rule: SQL text over key row `k`, given the instant and the allowed seconds as SQL expressions. */
 type Rule = (now: string, seconds: string) => string
 
+/**
+ * Where a rule names the key's tenant inside a subquery: `k.tenant`, or the
+ * tenant as a value when the caller gives one (cutoff's `tenant`). On Citus a
+ * subquery correlated by the distribution column is not routed to the
+ * tenant's shard, and a statement that locks rows is then refused ("could not
+ * run distributed query with FOR UPDATE/SHARE commands"); by a value it is.
+ */
+const TENANT = '\u0002'
+
 const RULES = {
   /**
    * A processing key past its deadline (stale_at: its claim's instant plus
@@ -94,7 +103,7 @@ const RULES = {
    * answer table (the purge's batch at 2 M keys, 1.17 s instead of 4 ms).
    */
   answeredExpired: (now, seconds) => `(k.digest is not null and k.status is null and k.created_at <= ${now} - make_interval(secs => ${seconds})
-    and exists (select 1 from idempotency_answers a where a.tenant = k.tenant and a.request_id = k.request_id and a.completed_at <= ${now} - make_interval(secs => ${seconds})))`,
+    and exists (select 1 from idempotency_answers a where a.tenant = ${TENANT} and a.request_id = k.request_id and a.completed_at <= ${now} - make_interval(secs => ${seconds})))`,
   /**
    * A released key past its retention, counted from its release (released_at):
    * counted from the claim, a key stuck longer than the retention would be
@@ -137,17 +146,17 @@ const RULES = {
 
 export type CutoffName = keyof typeof RULES
 
-/** The rule as a fragment, its instant and seconds bound as parameters. */
-export function cutoff(sql: Sql, name: CutoffName, now: Instant, seconds: number): Fragment {
-  const text = RULES[name]('\u0000', '\u0001')
+/** The rule as a fragment, its instant and seconds (and the tenant, where given) bound as parameters. */
+export function cutoff(sql: Sql, name: CutoffName, now: Instant, seconds: number, tenant?: string): Fragment {
+  const text = RULES[name]('\u0000', '\u0001').replaceAll(TENANT, tenant === undefined ? 'k.tenant' : TENANT)
   const strings: string[] = []
   const values: unknown[] = []
   let start = 0
   for (let i = 0; i < text.length; i++) {
     const hole = text[i]
-    if (hole !== '\u0000' && hole !== '\u0001') continue
+    if (hole !== '\u0000' && hole !== '\u0001' && hole !== TENANT) continue
     strings.push(text.slice(start, i))
-    values.push(hole === '\u0000' ? instant(sql, now) : seconds)
+    values.push(hole === '\u0000' ? instant(sql, now) : hole === TENANT ? tenant : seconds)
     start = i + 1
   }
   strings.push(text.slice(start))
@@ -158,7 +167,7 @@ export function cutoff(sql: Sql, name: CutoffName, now: Instant, seconds: number
 
 /** The rule as SQL text, for statements kept as text (the gauges, whose plans a test asserts). */
 export function cutoffText(name: CutoffName, now: string, seconds: string): string {
-  return RULES[name](now, seconds)
+  return RULES[name](now, seconds).replaceAll(TENANT, 'k.tenant')
 }
 
 /** Stale: processing and past its deadline (the row's stale_at). */
@@ -166,7 +175,7 @@ export const stale = (sql: Sql, now: Instant): Fragment => cutoff(sql, 'stale', 
 /** Expired: done and past the retention. */
 export const expired = (sql: Sql, now: Instant, retentionSeconds: number): Fragment => cutoff(sql, 'expired', now, retentionSeconds)
 /** Done and past the retention, a key row of the new form (its answer apart). */
-export const answeredExpired = (sql: Sql, now: Instant, retentionSeconds: number): Fragment => cutoff(sql, 'answeredExpired', now, retentionSeconds)
+export const answeredExpired = (sql: Sql, now: Instant, retentionSeconds: number, tenant?: string): Fragment => cutoff(sql, 'answeredExpired', now, retentionSeconds, tenant)
 /** Released and past the retention. */
 export const releasedExpired = (sql: Sql, now: Instant, retentionSeconds: number): Fragment => cutoff(sql, 'releasedExpired', now, retentionSeconds)
 

@@ -91,7 +91,7 @@ async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string },
   const rows = await sql`
     with gone as (
       select k.ctid from idempotency_keys k
-       where ${purgeable(sql, now, options.retentionSeconds)}
+       where ${purgeable(sql, now, options.retentionSeconds, options.tenant)}
          ${ofTenant('k')}
          ${options.from === undefined ? sql`` : sql`and k.created_at >= ${options.from}`}
        order by k.created_at
@@ -116,8 +116,8 @@ async function purgeBatch(sql: Sql, options: PurgeOptions & { tenant?: string },
   return { deleted: rows.count, through: rows.count > 0 ? new Date(newest - 1) : null }
 }
 
-/** Key row `k` (idempotency_keys) that the purge deletes: past its retention, done (in either form) or released. */
-function purgeable(sql: Sql, now: Instant, retentionSeconds: number) {
+/** Key row `k` (idempotency_keys) that the purge deletes: past its retention, done (in either form) or released; of `tenant` where given (Citus). */
+function purgeable(sql: Sql, now: Instant, retentionSeconds: number, tenant?: string) {
   return sql`${retentionCandidate(sql, now, retentionSeconds)}
-         and (${expired(sql, now, retentionSeconds)} or ${releasedExpired(sql, now, retentionSeconds)} or ${answeredExpired(sql, now, retentionSeconds)})`
+         and (${expired(sql, now, retentionSeconds)} or ${releasedExpired(sql, now, retentionSeconds)} or ${answeredExpired(sql, now, retentionSeconds, tenant)})`
 }

@@ -281,9 +281,12 @@ async function applyPending(sql: Sql, lines: readonly MigrationLine[], known: Re
           const waiting = await processesNotKnowing(tx, migration.requires)
           if (waiting.waitingFor > 0) return waiting
         }
+        // One statement at a time, even in a file's own transaction: Citus propagates a DDL statement on a
+        // distributed table to its workers as the text the client sent, and a whole file sent at once reached
+        // them as several commands, which they refuse in a prepared statement (engine 23: an UPDATE and an
+        // ALTER TABLE; "cannot insert multiple commands into a prepared statement").
         const text = readFileSync(migration.file, 'utf8')
-        if (migration.transaction) await tx.unsafe(text)
-        else for (const statement of statementsOf(text)) await tx.unsafe(statement.replace(CONCURRENTLY, '$1'))
+        for (const statement of statementsOf(text)) await tx.unsafe(migration.transaction ? statement : statement.replace(CONCURRENTLY, '$1'))
         await tx`insert into ${tx(line.table)} (version, name, online) values (${migration.version}, ${migration.name}, ${migration.online})`
         return { waitingFor: 0, unsaid: 0 }
       })

@@ -21,7 +21,7 @@ import { startApp } from '../support/app'
 import { createTestDatabase, type TestDatabase } from '../support/db'
 
 const PAYMENTS = 1000
-/** The new form (sql/engine/00020, claimed since 00022; TEST_KEY_FORM=old for the other): the answer apart, the lease on the processing entry. */
+/** The new form (sql/engine/00020, claimed since 00023; TEST_KEY_FORM=old for the other): the answer apart, the lease on the processing entry. */
 const apart = process.env.TEST_KEY_FORM !== 'old'
 /**
  * The new form's entries carry the lease, owner and summary (about twice the

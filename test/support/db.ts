@@ -220,7 +220,7 @@ async function buildTemplate(name: string, fill: (url: string) => Promise<void>,
 
 /**
  * The form new claims take in database `url` (sql/engine/00020): 'new' (the
- * answer apart, since sql/engine/00022 a migrated database's) or 'old' (as on
+ * answer apart, since sql/engine/00023 a migrated database's) or 'old' (as on
  * a database whose switch waits for an older release's processes, the key
  * table filled to the payments' 35 % again). TEST_KEY_FORM gives every test
  * database one.

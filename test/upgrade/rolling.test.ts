@@ -70,7 +70,7 @@ afterAll(async () => {
   if (temp) rmSync(temp, { recursive: true, force: true })
 })
 
-/** The form new claims take (sql/engine/00020, switched by 00022), and the key table's fillfactor. */
+/** The form new claims take (sql/engine/00020, switched by 00023), and the key table's fillfactor. */
 async function keyForm(): Promise<{ form: string | null; fillfactor: string | undefined }> {
   const [row] = await sql<{ form: string | null; options: string[] | null }[]>`
     select (select form from idempotency_key_form where id = 1) as form, (select reloptions from pg_class where oid = 'idempotency_keys'::regclass) as options`
@@ -177,8 +177,8 @@ test.skipIf(!history)('0.2.0 → this release, one instance at a time under a re
   // Expand, while 0.2.0 serves: its online steps apply; the contract step waits for the 0.2.0 processes.
   const expanded = await migrateWith('this')
   expect(expanded).toMatch(/contract step service 5 \(session_credentials_required\) not applied: 2 live process\(es\)/)
-  // And the switch to the key's new form (sql/engine/00022), which 0.2.0 would misread: keys stay in the old form.
-  expect(expanded).toMatch(/contract step engine 22 \(claims_apart\) not applied: 2 live process\(es\)/)
+  // And the switch to the key's new form (sql/engine/00023), which 0.2.0 would misread: keys stay in the old form.
+  expect(expanded).toMatch(/contract step engine 23 \(claims_apart\) not applied: 2 live process\(es\)/)
   // The key table keeps its room for the old form's completions (the engine's 32: the service's steps after its
   // pending contract step wait too).
   expect(await keyForm()).toEqual({ form: 'old', fillfactor: 'fillfactor=32' })
