@@ -50,7 +50,7 @@ export async function keyRunHere(sql: postgres.Sql, baseUrl: string, headers: Re
     .then(async (response) => { await response.arrayBuffer(); return response.status }, () => 0)
   const deadline = Date.now() + 10_000
   while (Date.now() < deadline) {
-    const [row] = await sql<{ status: string }[]>`select status from idempotency_keys where tenant = ${BENCH_TENANT} and key = ${key}`
+    const [row] = await sql<{ status: string }[]>`select status from idempotency_key_states where tenant = ${BENCH_TENANT} and key = ${key}`
     if (row?.status === 'processing') return { key, body, young: async () => undefined, answered }
     await Bun.sleep(10)
   }
