@@ -1,5 +1,5 @@
 import { membersCondition } from './batch-input'
-import { answerHeadersStored } from './key-states'
+import { answerHeadersStored, LOCATION_DERIVED } from './key-states'
 import type { StoredResponse } from './types'
 
 /** Rows to insert, by table: the business writes of a declarative recording step. */
@@ -100,7 +100,7 @@ export function completionParts(members: readonly CompletionMember[], { prefix =
   ),
   ${answered} as (
     insert into idempotency_answers (tenant, request_id, completed_at, response_status, response_headers, response_body)
-    select t.tenant, k.request_id, coalesce(i.at, clock_timestamp()), i.status, ${answerHeadersStored('i.headers')}, i.body
+    select t.tenant, k.request_id, coalesce(i.at, clock_timestamp()), i.status, ${answerHeadersStored('i.headers', { body: 'i.body', path: 'k.path', derive: LOCATION_DERIVED })}, i.body
       from ${taken} t join ${input} i on i.n = t.n join idempotency_keys k on k.tenant = t.tenant and k.key = t.key
   ),
   ${done} as (

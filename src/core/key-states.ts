@@ -2,15 +2,45 @@
  * A new-form answer's headers as stored (JSON text) from `headers` (jsonb):
  * without `content-type: application/json`, the type of nearly every answer
  * (36 B a key); a `content-type` of any other value kept; none at all marked
- * by a null one. answerHeadersRead gives back exactly what was stored.
+ * by a null one. And, where `derive` (sql/engine/00025, LOCATION_DERIVED),
+ * without a `location` that the key's `path`, a slash and the id that opens
+ * the JSON `body` spell exactly: a created resource's (`/api/payments/<id>`,
+ * 65 B a key), marked by a `+` before the JSON. answerHeadersRead gives back
+ * exactly what was stored.
  */
-export const answerHeadersStored = (headers: string) => `(case when ${headers}->>'content-type' = 'application/json' then ${headers} - 'content-type'
-            when ${headers} ? 'content-type' then ${headers}
-            else ${headers} || '{"content-type": null}' end)::text`
+export const answerHeadersStored = (headers: string, { body, path, derive }: { body: string; path: string; derive: string }) => {
+  const kept = (json: string) => `(case when ${json}->>'content-type' = 'application/json' then ${json} - 'content-type'
+            when ${json} ? 'content-type' then ${json}
+            else ${json} || '{"content-type": null}' end)::text`
+  return `(case when ${derive} and ${headers}->>'location' = ${path} || '/' || ${bodyId(body)}
+            then '+' || ${kept(`(${headers} - 'location')`)}
+            else ${kept(headers)} end)`
+}
 
-/** The headers an answer stored by answerHeadersStored was given, as jsonb. */
-export const answerHeadersRead = (stored: string) => `(case when ${stored}::jsonb ? 'content-type' then jsonb_strip_nulls(${stored}::jsonb)
-            else ${stored}::jsonb || '{"content-type": "application/json"}' end)`
+/** The headers an answer stored by answerHeadersStored was given, as jsonb (`body` and `path` as there). */
+export const answerHeadersRead = (stored: string, { body, path }: { body: string; path: string }) => {
+  const given = (text: string) => `(case when ${text}::jsonb ? 'content-type' then jsonb_strip_nulls(${text}::jsonb)
+            else ${text}::jsonb || '{"content-type": "application/json"}' end)`
+  return `(case when left(${stored}, 1) = '+'
+            then ${given(`substr(${stored}, 2)`)} || jsonb_build_object('location', ${path} || '/' || ${bodyId(body)})
+            else ${given(stored)} end)`
+}
+
+/**
+ * The id that opens a JSON body (`{"id":"<id>"`, as JSON.stringify writes an
+ * object whose first property is its id), or null: read as text, so a body
+ * that is not JSON is no error, and an id with an escape is none.
+ */
+const bodyId = (body: string) => `substring(${body} from '^\\{"id":"([^"\\\\]+)"')`
+
+/**
+ * Whether completions store a derivable location apart (answerHeadersStored):
+ * set by a contract step (sql/engine/00025) once no process is left that
+ * reads answers without deriving it. A scalar subquery of a one-row table.
+ * The row is read as JSON, so a database where 00024 has not added the
+ * column yet (it waits behind a pending contract step, 00023) reads false.
+ */
+export const LOCATION_DERIVED = `coalesce((select (to_jsonb(f)->>'location_derived')::boolean from idempotency_key_form f where f.id = 1), false)`
 
 /**
  * A key's state in either of its two forms (sql/engine/00020), as one
@@ -52,7 +82,7 @@ export const KEY_STATES = `(
            coalesce(k.http_request_id, e.http_request_id) as http_request_id,
            coalesce(k.completed_at, a.completed_at) as completed_at,
            coalesce(k.response_status, a.response_status) as response_status,
-           coalesce(k.response_headers, ${answerHeadersRead('a.response_headers')}) as response_headers,
+           coalesce(k.response_headers, ${answerHeadersRead('a.response_headers', { body: 'a.response_body', path: 'k.path' })}) as response_headers,
            coalesce(k.response_body, a.response_body) as response_body,
            k.digest is not null as apart
       from idempotency_keys k

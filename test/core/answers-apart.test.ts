@@ -125,6 +125,73 @@ describe('an answer of the new form', () => {
   })
 })
 
+describe('a location the answer\'s body spells (sql/engine/00024, 00025)', () => {
+  /** The answer's headers as stored, for the key `id`. */
+  const storedHeaders = async (id: { tenant: string; key: string }) => (await db.sql<{ headers: string }[]>`
+    select a.response_headers as headers from idempotency_answers a join idempotency_keys k on k.tenant = a.tenant and k.request_id = a.request_id
+     where k.tenant = ${id.tenant} and k.key = ${id.key}`)[0]!.headers
+
+  /** Completes a fresh key with `response` (through the shared statement or the transaction), replays it; its stored headers. */
+  async function roundTrip(response: StoredResponse, form: 'rows' | 'transaction') {
+    const id = identity()
+    const lease = leaseOf(await claim(db.pools.short, id, timing()))
+    if (form === 'rows') await completeRows(db.pools.short, lease, response, {})
+    else await complete(db.pools.work, lease, async () => response)
+    const replay = await claim(db.pools.short, id, timing())
+    const [viewed] = await db.sql<{ response_headers: Record<string, string> }[]>`
+      select response_headers from idempotency_key_states where tenant = ${id.tenant} and key = ${id.key}`
+    return { replayed: replay.kind === 'replay' && replay.response, viewed: viewed!.response_headers, stored: await storedHeaders(id) }
+  }
+
+  const created = (location: string, body: string): StoredResponse => ({ status: 201, headers: { location, 'content-type': 'application/json' }, body })
+
+  test.each(['rows', 'transaction'] as const)('is stored without it and replayed with it, byte for byte (%s)', async (form) => {
+    const response = created('/api/payments/pay_1', '{"id":"pay_1","amount":1000}')
+    const { replayed, viewed, stored } = await roundTrip(response, form)
+    expect(replayed).toEqual(response)
+    expect(viewed).toEqual(response.headers)
+    expect(stored).toBe('+{}')
+  })
+
+  test.each(['rows', 'transaction'] as const)('any other location is stored as it came (%s)', async (form) => {
+    const cases: StoredResponse[] = [
+      created('/api/payments/pay_2', '{"amount":1000,"id":"pay_2"}'), // the id not first
+      created('/api/payments/other', '{"id":"pay_3"}'),
+      created('https://example.com/api/payments/pay_4', '{"id":"pay_4"}'),
+      created('/api/payments/a\\"b', '{"id":"a\\"b"}'), // an id with an escape
+      created('/api/payments/', '{"id":""}'),
+      { status: 201, headers: { 'content-type': 'application/json' }, body: '{"id":"pay_5"}' }, // no location at all
+    ]
+    for (const response of cases) {
+      const { replayed, viewed, stored } = await roundTrip(response, form)
+      expect({ body: response.body, replayed, viewed }).toEqual({ body: response.body, replayed: response, viewed: response.headers })
+      expect({ body: response.body, marked: stored.startsWith('+') }).toEqual({ body: response.body, marked: false })
+    }
+  })
+
+  test('with its other headers kept, and a body that is no JSON past its id', async () => {
+    const response = { status: 201, headers: { location: '/api/payments/x-1', 'content-type': 'text/plain', 'x-trace': 't' }, body: '{"id":"x-1" and then not JSON' }
+    for (const form of ['rows', 'transaction'] as const) {
+      const { replayed, viewed, stored } = await roundTrip(response, form)
+      expect({ form, replayed, viewed }).toEqual({ form, replayed: response, viewed: response.headers })
+      expect(JSON.parse(stored.slice(1))).toEqual({ 'content-type': 'text/plain', 'x-trace': 't' })
+    }
+  })
+
+  test('is stored whole until the contract step says every process rebuilds it', async () => {
+    await db.sql`update idempotency_key_form set location_derived = false`
+    try {
+      const response = created('/api/payments/pay_6', '{"id":"pay_6"}')
+      for (const form of ['rows', 'transaction'] as const) {
+        const { replayed, stored } = await roundTrip(response, form)
+        expect({ form, replayed, stored: JSON.parse(stored) }).toEqual({ form, replayed: response, stored: { location: '/api/payments/pay_6' } })
+      }
+    } finally {
+      await db.sql`update idempotency_key_form set location_derived = true`
+    }
+  })
+})
+
 describe('switching the form while keys are in flight', () => {
   test('a key claimed in the old form completes in it; keys claimed after the switch take the new form; every one replays', async () => {
     const switching = await createTestDatabase('answers-apart-switch')

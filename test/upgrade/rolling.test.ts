@@ -103,6 +103,7 @@ interface Sent {
   readonly status: number | 'network-error'
   readonly code?: string
   readonly paymentId?: string
+  readonly location?: string
 }
 
 /** The balancer in front of the instances: its rotation, and whether an instance is still in it. */
@@ -128,7 +129,11 @@ async function post(to: string | Balancer, key: string, body: PaymentBody, resen
       signal: AbortSignal.timeout(15_000),
     })
     const answer = await response.json() as { id?: string; code?: string }
-    return { status: response.status, ...(answer.code ? { code: answer.code } : {}), ...(response.ok && answer.id ? { paymentId: answer.id } : {}) }
+    const location = response.headers.get('location')
+    return {
+      status: response.status, ...(answer.code ? { code: answer.code } : {}), ...(response.ok && answer.id ? { paymentId: answer.id } : {}),
+      ...(location ? { location } : {}),
+    }
   } catch (error) {
     const code = (error as { code?: string }).code ?? String(error)
     if (typeof to !== 'string' && !to.serves(target) && resent < 5) return post(to, key, body, resent + 1)
@@ -219,6 +224,13 @@ test.skipIf(!history)('0.2.0 → this release, one instance at a time under a re
            (select digest is not null from idempotency_keys where key = ${before!}) as before`
   expect({ ...forms, replayed: again.status, same: again.paymentId === (await paymentsByKey(sql)).get(before!)?.[0] })
     .toEqual({ after: true, before: false, replayed: 201, same: true })
+  // The new key's answer was stored without its location (sql/engine/00025, once 0.2.0 had left), and the other
+  // process, whose replay cache never saw it, replays it with the location it was created with.
+  const retried = await post(replaced[1]!.url, after, bodies.get(after)!)
+  const [stored] = await sql<{ headers: string }[]>`
+    select a.response_headers as headers from idempotency_answers a join idempotency_keys k on k.tenant = a.tenant and k.request_id = a.request_id
+     where k.key = ${after}`
+  expect({ stored: stored?.headers, retried }).toEqual({ stored: '+{}', retried: { ...last, location: `/api/payments/${last.paymentId}` } })
 
   const tally: Record<string, number> = {}
   for (const s of answers) tally[`${s.status}${s.code ? ` ${s.code}` : ''}`] = (tally[`${s.status}${s.code ? ` ${s.code}` : ''}`] ?? 0) + 1

@@ -1,0 +1,12 @@
+-- @contract requires engine 24
+-- The answer's location derived from its body (issue 40), second step:
+-- completions store a location that the key's path and the body's opening id
+-- spell without it (00024; src/core/key-states.ts answerHeadersStored), 65 B
+-- a created resource's answer less.
+--
+-- A contract step: a process of a release before engine 24 reads the stored
+-- headers as JSON, and would fail on the `+` that marks them (or replay an
+-- answer without its location). The runner applies it once every live process
+-- knows engine 24 (src/store/migrate.ts). Answers stored before keep their
+-- location; a process switches with its next completion.
+update idempotency_key_form set location_derived = true where id = 1;
