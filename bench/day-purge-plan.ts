@@ -2,7 +2,7 @@
  * The purge's own statement on the seeded table, idle: its plan as it ran
  * (auto_explain, sent back as a notice: no server log to read) and the time
  * of a few batches back to back. The service's purge pauses after each full
- * batch (purgePauseMs: four times the batch's time, alone), so what it clears per second while serving is
+ * batch (purgePauseMs: three times the batch's time, alone), so what it clears per second while serving is
  * bounded by batch / (batch time + pause): these figures say which of the two
  * bounds it.
  */

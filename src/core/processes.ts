@@ -135,9 +135,9 @@ export interface HeartbeatOptions {
   readonly schemaKnown?: Readonly<Record<string, number>>
   /**
    * Whether this process runs the retention purge (startRetentionPurge). The
-   * purges share a fifth of a connection among the processes that run one: a
+   * purges share a quarter of a connection among the processes that run one: a
    * process that beats without a purge says `false`, or it takes a part of
-   * that fifth it never uses. @default unsaid, counted as purging
+   * that quarter it never uses. @default unsaid, counted as purging
    */
   readonly purges?: boolean
   /**

@@ -6,31 +6,34 @@ import { errorText, type Logger } from '../log'
 
 /**
  * The purges' share of one connection's time, at most, so a backlog never
- * crowds out live traffic: after each full batch a purge pauses four times as
+ * crowds out live traffic: after each full batch a purge pauses three times as
  * long as that batch took. It clears what the database gives it in that share:
  * more on a quiet node, less where the database is busy, its batches slow and
  * its pauses with them. Measured on a quiet node (BENCHMARKS.md, issue 40,
  * 2.5 M keys, 2,700-2,900 payments/s): a fixed 50 ms pause cleared 3.3-3.4x
  * the ingest, a tenth of the connection 3.9x, a fifth 6.9x (5x clears a
- * backlog while serving) with p99 1.16x the rounds without a purge.
+ * backlog while serving) with p99 1.16x the rounds without a purge. At 10 M
+ * keys a batch costs more: a fifth cleared 4.1x (p99 1.18x), a quarter 5.0x
+ * (rounds 4.6-5.1x, p99 0.93x; at 2 M keys 5.0x and 1.06x, where batches of
+ * 1,000 at a quarter cleared 6.2x with p99 1.27x).
  *
  * Every server process runs a purge, and so should every process of an app on
  * the plugin (without one its keys stay forever). They all delete from the one
  * database, whose ingest does not grow with the number of processes, so the
- * fifth is the database's, not each process's:
+ * quarter is the database's, not each process's:
  * - A purge told its process's heartbeat (`processId`, the heartbeat saying
  *   `purges: true`) takes turns: the oldest such live process purges at the
- *   whole fifth, the others stand by (core/processes.ts purgeTurn). Two purges
+ *   whole quarter, the others stand by (core/processes.ts purgeTurn). Two purges
  *   sharing by count cleared 0.7x what one clears on one machine, 0.92x on
  *   another, where taking turns cleared 0.94x (BENCHMARKS.md).
- * - One not told shares the fifth by the live processes it counts
+ * - One not told shares the quarter by the live processes it counts
  *   (heartbeats, counted again every beat), as does a leader with such
  *   processes beside it. A process that beats without a purge says so
  *   (`purges: false`) and is not counted; one that does not say is, and takes
  *   a part it may leave unused (2.5x the ingest cleared against 4.8x).
  * SKIP LOCKED keeps batches apart wherever two run at once.
  */
-export const PURGE_SHARE = 0.2
+export const PURGE_SHARE = 0.25
 /** Bounds of that pause: a batch of a few rows pauses a little still; one that took seconds does not stop the purge for minutes. */
 export const PURGE_PAUSE_BOUNDS_MS = { min: 2, max: 2_000 } as const
 

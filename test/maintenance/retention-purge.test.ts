@@ -129,10 +129,10 @@ test('with `now` moved forward, the purge deletes what has expired by then (no s
   expect(await purgeExpired(db.pools.short, { retentionSeconds: RETENTION, now: new Date(Date.now() + RETENTION * 1000) })).toBe(3)
 })
 
-test('after each full batch the purge pauses four times as long as the batch took (a fifth of a connection), within bounds', async () => {
+test('after each full batch the purge pauses three times as long as the batch took (a quarter of a connection), within bounds', async () => {
   await deleteKeys(db.sql)
   await seedDone('paced-', 35, RETENTION + 60)
-  // Each batch takes 3 ms by this clock, whatever the machine: a pause of 12 ms after each full one.
+  // Each batch takes 3 ms by this clock, whatever the machine: a pause of 9 ms after each full one.
   let tick = 0
   const pauses: [number, number][] = []
   const purge = startRetentionPurge({
@@ -144,10 +144,10 @@ test('after each full batch the purge pauses four times as long as the batch too
   } finally {
     await purge.stop()
   }
-  expect(pauses).toEqual([[12, 3], [12, 3], [12, 3]]) // three full batches; the short fourth ends the run
+  expect(pauses).toEqual([[9, 3], [9, 3], [9, 3]]) // three full batches; the short fourth ends the run
   // A batch of no time still pauses; one that took seconds stops the purge for 2 s at most.
   expect(purgePauseMs(0)).toBe(PURGE_PAUSE_BOUNDS_MS.min)
-  expect(purgePauseMs(10)).toBeCloseTo(40)
+  expect(purgePauseMs(10)).toBeCloseTo(30)
   expect(purgePauseMs(5_000)).toBe(PURGE_PAUSE_BOUNDS_MS.max)
 })
 
@@ -172,20 +172,20 @@ async function pausesBeside(prefix: string, processes: readonly Record<string, u
   return pauses
 }
 
-test('live processes share the fifth: with three heartbeats each purge pauses fourteen times its batch', async () => {
+test('live processes share the quarter: with three heartbeats each purge pauses eleven times its batch', async () => {
   // Three server processes beating, and one gone (its heartbeat a minute old), which does not count.
   const pauses = await pausesBeside('shared-', [0, 0, 0, 60].map((age) => ({ heartbeat_at: secondsBefore(new Date(), age) })))
-  // A fifteenth of a connection each (0.2 / 3): 3 ms of batch, 42 ms of pause; three of them take the fifth together.
-  expect(pauses).toEqual([42, 42])
-  expect(purgePauseMs(3, 3)).toBeCloseTo(42)
-  expect(purgePauseMs(3, 0)).toBeCloseTo(12) // no heartbeat (a purge outside a server): the whole fifth
+  // A twelfth of a connection each (0.25 / 3): 3 ms of batch, 33 ms of pause; three of them take the quarter together.
+  expect(pauses).toEqual([33, 33])
+  expect(purgePauseMs(3, 3)).toBeCloseTo(33)
+  expect(purgePauseMs(3, 0)).toBeCloseTo(9) // no heartbeat (a purge outside a server): the whole quarter
 })
 
-test('a process that beats without a purge takes no part of the fifth; one that does not say, or an earlier release\'s, does', async () => {
+test('a process that beats without a purge takes no part of the quarter; one that does not say, or an earlier release\'s, does', async () => {
   // One that said it purges, one that said nothing (an earlier release: counted as purging), two that beat without a purge.
   const pauses = await pausesBeside('apart-', [true, null, false, false].map((purges) => ({ purges })))
-  // Two purgers counted: a tenth each, 3 ms of batch and 27 of pause (four live processes would make it 57).
-  expect(pauses).toEqual([27, 27])
+  // Two purgers counted: an eighth each, 3 ms of batch and 21 of pause (four live processes would make it 45).
+  expect(pauses).toEqual([21, 21])
 })
 
 test('a heartbeat says whether its process purges and how long it keeps keys, and an earlier release\'s row says nothing', async () => {
@@ -200,7 +200,7 @@ test('a heartbeat says whether its process purges and how long it keeps keys, an
   }
 })
 
-test('purges told their heartbeat take turns: only the oldest live process that purges deletes, at the whole fifth, and the next takes over when it stops', async () => {
+test('purges told their heartbeat take turns: only the oldest live process that purges deletes, at the whole quarter, and the next takes over when it stops', async () => {
   await deleteKeys(db.sql)
   await seedDone('turns-', 25, RETENTION + 60)
   // Beside them: a process that said nothing, which shares by count (the leader counts it), and an older one that beats without a purge.
@@ -223,9 +223,9 @@ test('purges told their heartbeat take turns: only the oldest live process that 
     expect(await second.runOnce()).toBe(0)
     expect(lines).toEqual(['retention purge: another process purges; this one stands by'])
     expect(await count(`key like 'turns-%'`)).toBe(25)
-    // The leader and the process that did not say: a tenth of a connection, 27 ms of pause for 3 of batch.
+    // The leader and the process that did not say: an eighth of a connection, 21 ms of pause for 3 of batch.
     expect(await first.runOnce()).toBe(25)
-    expect(pauses).toEqual([27, 27])
+    expect(pauses).toEqual([21, 21])
     // The leader stops (its heartbeat row goes): the next run of the other purges.
     await seedDone('turns-next-', 5, RETENTION + 60)
     await older.stop()
@@ -350,8 +350,8 @@ test('a process that starts during a run is counted within a heartbeat interval,
     await purge.stop()
     await db.sql`delete from idempotency_processes where hostname = 'purge-test'`
   }
-  // Alone: 4 x 3 ms. Then two: a tenth each, 9 x 3 ms.
-  expect(pauses).toEqual([12, 27, 27])
+  // Alone: 3 x 3 ms. Then two: an eighth each, 7 x 3 ms.
+  expect(pauses).toEqual([9, 21, 21])
 })
 
 test('a run that stops at its batch limit with a backlog left is followed by the next at once, not after the interval', async () => {
@@ -383,7 +383,7 @@ test('the server runs the purge in the background and counts it', async () => {
     const exposition = await (await fetch(`${server.url}/metrics`)).text()
     const purged = Number(/idempotency_purged_keys_total (\d+)/.exec(exposition)?.[1] ?? 0)
     expect(purged).toBeGreaterThanOrEqual(1)
-    // Its heartbeat says it purges: the other processes' purges count it in sharing the fifth.
+    // Its heartbeat says it purges: the other processes' purges count it in sharing the quarter.
     const [beat] = await db.sql<{ purges: boolean | null }[]>`select purges from idempotency_processes where hostname <> 'purge-test' and pid = ${server.proc.pid}`
     expect(beat?.purges).toBe(true)
     // Past retention the key is new again: a fresh payment, not a replay.
