@@ -2,7 +2,7 @@
  * A day of traffic on one node (issue 40): `npm run bench:day`.
  *
  *   bun bench/day-of-traffic.ts [--keys 10000000] [--expired 0.1] [--rounds 5] [--seconds 10] [--warmup 5]
- *                               [--connections 32] [--calibrate 4000] [--load wrk|autocannon] [--json file] [--keep] [--skip-freeze]
+ *                               [--connections 32] [--calibrate 4000] [--load wrk|autocannon] [--key-form new|old] [--json file] [--keep] [--skip-freeze]
  *   bun bench/day-of-traffic.ts --database idem_day_xxxx --previous that-run.json [--skip-freeze] [...]   (rounds again on a kept table)
  *
  * 1. A fresh database `idem_day_*` on DATABASE_URL's server, migrated; the
@@ -18,8 +18,8 @@
  *    - `empty`: on a fresh copy of the migrated, empty database;
  *    - `purge`: on the seeded table, the service's own retention purge running
  *      back to back (PURGE_INTERVAL_MS=100: src/maintenance/retention-purge.ts
- *      in the service's process, batches of 500, each followed by a pause four times its own time:
- *      a fifth of a connection, the service being the one live process).
+ *      in the service's process, batches of 500, each followed by a pause three times its own time:
+ *      a quarter of a connection, the service being the one live process).
  *    Per round: payments/s, p50, p99, sequential scans on idempotency_keys
  *    (service start to its backends' exit), keys purged, and exactly once for
  *    the round's customer (its payments in the table, its charges at the provider).
@@ -76,7 +76,7 @@ const { values } = parseArgs({
     /** The cells to run, e.g. `large,empty` (all three by default). */
     cells: { type: 'string', default: CELLS.join(',') },
     keep: { type: 'boolean', default: false },
-    'key-form': { type: 'string', default: 'old' },
+    'key-form': { type: 'string', default: 'new' },
   },
 })
 const number = (name: keyof typeof values) => {
@@ -98,15 +98,18 @@ if (settings.tool !== 'wrk' && settings.tool !== 'autocannon') throw new Error(`
 if (values['key-form'] !== 'old' && values['key-form'] !== 'new') throw new Error(`--key-form must be old or new, got ${values['key-form']}`)
 
 /**
- * `--key-form new`: keys claimed in the new form (sql/engine/00020), and the key
- * table filled whole, as the contract step that switches the form would leave it.
+ * `--key-form`: the form keys are claimed in (sql/engine/00020). `new`, as a
+ * migrated database's since the contract step 00023, the key table filled
+ * whole; `old`, as a database whose switch waits for an older release's
+ * processes, the key table filled to the payments' 35 % (test/support/db.ts
+ * setKeyForm).
  */
 async function keyForm(url: string): Promise<void> {
-  if (values['key-form'] !== 'new') return
+  const form = values['key-form']
   const sql = postgres(url, { max: 1, onnotice: () => undefined })
   try {
-    await sql`update idempotency_key_form set form = 'new'`
-    await sql`alter table idempotency_keys set (fillfactor = 100)`
+    await sql`update idempotency_key_form set form = ${form!} where id = 1`
+    await sql.unsafe(`alter table idempotency_keys set (fillfactor = ${form === 'old' ? 35 : 100})`)
   } finally {
     await sql.end()
   }
